@@ -1,0 +1,66 @@
+"""Shared test harness: in-memory MCP clients in both protocol modes, and the ``gpu`` marker."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def server():
+    from remote_gpu_trainer.server import build_server
+
+    return build_server()
+
+
+@pytest.fixture(params=["auto", "legacy"])
+async def client(request, server) -> AsyncIterator[Client]:
+    """An in-memory client. ``legacy`` runs the real initialize handshake that Claude Code and
+    Gemini CLI use today; ``auto`` is the modern direct-dispatch mode."""
+    async with Client(server, mode=request.param) as connected:
+        yield connected
+
+
+async def call_ok(client: Client, tool: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Call a tool that must succeed and return its structured content."""
+    result = await client.call_tool(tool, arguments or {})
+    assert not result.is_error, result.content[0].text if result.content else result
+    return result.structured_content
+
+
+async def call_error(client: Client, tool: str, arguments: dict[str, Any]) -> str:
+    """Call a tool that must fail as a tool error (not a crash) and return the error text."""
+    result = await client.call_tool(tool, arguments)
+    assert result.is_error, result.structured_content
+    return result.content[0].text
+
+
+def _gpu_count() -> int:
+    # In a child process, so a sick driver cannot hang or pollute the test session.
+    code = "from remote_gpu_trainer.nvml_session import nvml_status; s = nvml_status(); print(s.device_count or 0)"
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+        return int(out.stdout.strip() or 0)
+    except (subprocess.TimeoutExpired, ValueError):
+        return 0
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if gpu_items and _gpu_count() == 0:
+        skip = pytest.mark.skip(reason="needs a real NVIDIA GPU (NVML found none)")
+        for item in gpu_items:
+            item.add_marker(skip)

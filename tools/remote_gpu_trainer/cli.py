@@ -1,0 +1,146 @@
+"""``rgt``: the same tools for humans. Subcommands and flags are generated from each ToolSpec's input
+model, so the CLI and the MCP server can never disagree about a tool's parameters or validation.
+
+Exit status: 0 success, 1 the check found a failure (per tool, see README), 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import types
+import typing
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+from .errors import InputError
+from .registry import all_specs
+from .tables import render_model
+from .toolspec import ToolSpec
+
+EXIT_INPUT_ERROR = 2
+
+
+def _unwrap_optional(annotation: Any) -> Any:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return annotation
+
+
+def _choices(annotation: Any) -> list[str] | None:
+    if typing.get_origin(annotation) is Literal:
+        return [str(v) for v in typing.get_args(annotation)]
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return [str(m.value) for m in annotation]
+    return None
+
+
+def _is_scalar(annotation: Any) -> bool:
+    if _choices(annotation) is not None:
+        return True
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return all(_is_scalar(a) for a in typing.get_args(annotation))
+    return annotation in (str, int, float)
+
+
+def _add_field(parser: argparse.ArgumentParser, name: str, field: FieldInfo, positional: bool) -> None:
+    annotation = _unwrap_optional(field.annotation)
+    help_text = (field.description or "").replace("%", "%%")
+    kwargs: dict[str, Any] = {"help": help_text, "default": argparse.SUPPRESS}
+    if annotation is bool:
+        kwargs["action"] = argparse.BooleanOptionalAction
+    elif typing.get_origin(annotation) is list and all(_is_scalar(a) for a in typing.get_args(annotation)):
+        kwargs["nargs"] = "+"
+        kwargs["choices"] = _choices(typing.get_args(annotation)[0])
+    elif _is_scalar(annotation):
+        kwargs["choices"] = _choices(annotation)
+    else:  # dicts, nested models, lists of models: JSON text
+        kwargs["type"] = json.loads
+        kwargs["metavar"] = "JSON"
+    if positional:
+        kwargs.pop("default")
+        if field.is_required():
+            parser.add_argument(name, **kwargs)
+        else:
+            kwargs["nargs"] = "*" if kwargs.get("nargs") == "+" else "?"
+            parser.add_argument(name, **kwargs)
+        return
+    if field.is_required():
+        kwargs["required"] = True
+    flags = [f"--{name.replace('_', '-')}"] + ([f"--{name}"] if "_" in name else [])
+    parser.add_argument(*flags, dest=name, **kwargs)
+
+
+def _add_spec(subparsers: Any, spec: ToolSpec) -> None:
+    parser = subparsers.add_parser(spec.cli, help=spec.title, description=spec.description)
+    for name, field in spec.input_model.model_fields.items():
+        if name == spec.cli_file_field:
+            parser.add_argument("file", nargs="?", default="-", help="file to read, or - for stdin (default)")
+            continue
+        _add_field(parser, name, field, positional=name == spec.cli_positional)
+    parser.add_argument("--json", action="store_true", dest="as_json", help="print the result as JSON")
+    parser.set_defaults(spec=spec)
+
+
+def _read_text(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return handle.read()
+
+
+def _progress(done: float, total: float | None = None, message: str = "") -> None:
+    step = f"{done:g}/{total:g}" if total else f"{done:g}"
+    print(f"[{step}] {message}", file=sys.stderr, flush=True)
+
+
+def _run_spec(spec: ToolSpec, namespace: argparse.Namespace) -> int:
+    arguments = {k: v for k, v in vars(namespace).items() if k not in ("spec", "as_json", "command", "file")}
+    # An optional positional that was not given arrives as None or []: let the model default apply.
+    arguments = {k: v for k, v in arguments.items() if not (k == spec.cli_positional and v in (None, []))}
+    try:
+        if spec.cli_file_field:
+            arguments[spec.cli_file_field] = _read_text(namespace.file)
+        result: BaseModel = spec.call(arguments, _progress)
+    except (InputError, OSError) as err:
+        print(f"rgt {spec.cli}: error: {err}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    if namespace.as_json:
+        print(result.model_dump_json(indent=2))
+    else:
+        print(spec.render_text(result) if spec.render_text else render_model(result))
+    return spec.exit_code(result) if spec.exit_code else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rgt", description="remote-gpu-trainer: checks for GPU training boxes")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for spec in all_specs():
+        _add_spec(subparsers, spec)
+    serve = subparsers.add_parser("serve", help="start the MCP server on stdio")
+    serve.set_defaults(handler=lambda _ns: _serve())
+    return parser
+
+
+def _serve() -> int:
+    from .server import main as serve_main
+
+    serve_main()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    namespace = build_parser().parse_args(argv)
+    if hasattr(namespace, "spec"):
+        return _run_spec(namespace.spec, namespace)
+    return namespace.handler(namespace)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""Where the skill's files live, and safe resolution of paths inside it.
+
+The package sits at ``tools/remote_gpu_trainer`` inside the skill, so the skill root is two levels
+up. ``RGT_SKILL_ROOT`` overrides that for unusual installs (e.g. a wheel installed without the repo).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from pathlib import Path
+
+#: Top-level markdown the skill exposes (as MCP resources and to the catalog parser).
+SKILL_FILE = "SKILL.md"
+MARKDOWN_DIRS = ("references", "profiles")
+
+
+@cache
+def skill_root() -> Path:
+    override = os.environ.get("RGT_SKILL_ROOT")
+    root = Path(override) if override else Path(__file__).resolve().parents[2]
+    return root.resolve()
+
+
+def skill_markdown_files(root: Path | None = None) -> list[Path]:
+    """SKILL.md plus every markdown file under references/ and profiles/, sorted, as relative paths.
+
+    A symlink whose target lies outside the skill is left out, so it can never be served.
+    """
+    root = (root or skill_root()).resolve()
+    candidates = [root / SKILL_FILE]
+    for top in MARKDOWN_DIRS:
+        candidates.extend(sorted((root / top).rglob("*.md")))
+    return [p.relative_to(root) for p in candidates if p.is_file() and p.resolve().is_relative_to(root)]
+
+
+def resolve_inside(relative: str, root: Path | None = None) -> Path:
+    """Resolve ``relative`` under the skill root, refusing anything that escapes it.
+
+    Symlinks are resolved before the containment check, so a link pointing outside is refused too.
+    """
+    root = (root or skill_root()).resolve()
+    if not relative or "\x00" in relative or Path(relative).is_absolute():
+        raise ValueError(f"path must be relative to the skill root, got {relative!r}")
+    candidate = (root / relative).resolve()
+    if not candidate.is_relative_to(root):
+        raise ValueError(f"path {relative!r} escapes the skill root")
+    return candidate

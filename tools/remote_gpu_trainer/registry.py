@@ -1,0 +1,26 @@
+"""The one list of tools. Server and CLI both read it, so a tool added here appears in both.
+
+Each module named here exposes ``SPECS: list[ToolSpec]`` and must import nothing heavy at module
+level (no torch, no pynvml): the server imports all of them at start-up.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+from .toolspec import ToolSpec
+
+TOOL_MODULES = (
+    "remote_gpu_trainer.info",
+)
+
+
+def all_specs() -> list[ToolSpec]:
+    specs: list[ToolSpec] = []
+    for name in TOOL_MODULES:
+        specs.extend(import_module(name).SPECS)
+    names = [s.name for s in specs]
+    clis = [s.cli for s in specs]
+    if len(set(names)) != len(names) or len(set(clis)) != len(clis):
+        raise RuntimeError(f"duplicate tool or CLI names in registry: {names} / {clis}")
+    return specs

@@ -1,0 +1,115 @@
+"""The MCP server: tool registrations from the registry, plus the skill's markdown as resources.
+
+Only translation lives here. Each ToolSpec's input model becomes flat, typed MCP parameters (flat
+scalars, not one nested object, because some hosts mishandle ``$defs``); its output model becomes
+the structured output schema. Tool bodies run in a worker thread so a slow check never blocks the
+event loop, and progress from that thread is forwarded to the client.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.resources import FileResource
+from mcp.types import ToolAnnotations
+from pydantic import Field
+
+from . import __version__
+from .errors import InputError
+from .paths import skill_markdown_files, skill_root
+from .registry import all_specs
+from .toolspec import ToolSpec
+
+log = logging.getLogger(__name__)
+
+INSTRUCTIONS = (
+    "Tools and troubleshooting catalogs for training deep-learning models on rented or owned GPUs "
+    "(RunPod, Lambda, AutoDL, vast.ai, bare SSH). Read skill://SKILL.md for routing. Run diagnose_error "
+    "on a pasted traceback before answering; destructive tools are dry-run by default and need the "
+    "user's consent before a real run."
+)
+
+
+def _forward_progress(ctx: Context):
+    """A Progress callable usable from the worker thread; progress is best-effort, never fatal."""
+
+    def report(done: float, total: float | None = None, message: str = "") -> None:
+        try:
+            anyio.from_thread.run(functools.partial(ctx.report_progress, done, total, message or None))
+        except Exception as err:  # a closed session must not abort the tool
+            log.debug("progress not delivered: %s", err)
+
+    return report
+
+
+def tool_function(spec: ToolSpec):
+    """An async function whose signature is the spec's input fields, for MCPServer to introspect."""
+    params = [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)]
+    annotations: dict[str, Any] = {"ctx": Context, "return": spec.output_model}
+    for name, field in spec.input_model.model_fields.items():
+        annotation = Annotated[(field.annotation, *field.metadata,
+                                Field(description=field.description, examples=field.examples))]
+        default = inspect.Parameter.empty if field.is_required() else field.get_default(call_default_factory=True)
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default))
+        annotations[name] = annotation
+
+    async def tool(ctx: Context, **arguments: Any):
+        run = functools.partial(spec.call, arguments, _forward_progress(ctx))
+        try:
+            return await anyio.to_thread.run_sync(run)
+        except InputError as err:
+            raise ToolError(str(err)) from None
+
+    tool.__name__ = spec.name
+    tool.__doc__ = spec.description
+    tool.__signature__ = inspect.Signature(params, return_annotation=spec.output_model)  # type: ignore[attr-defined]
+    tool.__annotations__ = annotations
+    return tool
+
+
+def build_server(root: Path | None = None, specs: list[ToolSpec] | None = None) -> MCPServer:
+    """The server for the skill at ``root`` (default: this checkout) with ``specs`` (default: registry)."""
+    server = MCPServer("remote-gpu-trainer", version=__version__, instructions=INSTRUCTIONS)
+    for spec in all_specs() if specs is None else specs:
+        server.add_tool(
+            tool_function(spec),
+            name=spec.name,
+            title=spec.title,
+            description=spec.description,
+            annotations=ToolAnnotations(
+                title=spec.title,
+                read_only_hint=spec.read_only,
+                destructive_hint=spec.destructive,
+                idempotent_hint=spec.idempotent,
+                open_world_hint=spec.open_world,
+            ),
+            structured_output=True,
+        )
+    # One static resource per markdown file: a read can only name a URI listed here, so no
+    # client-supplied path ever reaches the filesystem (traversal is impossible by construction).
+    root = root or skill_root()
+    for rel in skill_markdown_files(root):
+        server.add_resource(
+            FileResource(
+                uri=f"skill://{rel.as_posix()}",
+                name=rel.as_posix(),
+                title=rel.as_posix(),
+                path=root / rel,
+                mime_type="text/markdown",
+            )
+        )
+    return server
+
+
+def main() -> None:
+    build_server().run()
