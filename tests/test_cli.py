@@ -9,6 +9,7 @@ from typing import Literal
 
 import pytest
 from pydantic import Field
+
 from remote_gpu_trainer import cli
 from remote_gpu_trainer.models import StrictModel
 from remote_gpu_trainer.toolspec import ToolSpec

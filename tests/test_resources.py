@@ -7,6 +7,7 @@ import os
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+
 from remote_gpu_trainer.paths import resolve_inside, skill_markdown_files
 from remote_gpu_trainer.server import build_server
 

@@ -7,6 +7,7 @@ from typing import Literal
 import pytest
 from mcp import Client
 from pydantic import Field
+
 from remote_gpu_trainer.errors import InputError
 from remote_gpu_trainer.models import StrictModel
 from remote_gpu_trainer.registry import all_specs

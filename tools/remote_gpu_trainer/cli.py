@@ -125,7 +125,38 @@ def build_parser() -> argparse.ArgumentParser:
         _add_spec(subparsers, spec)
     serve = subparsers.add_parser("serve", help="start the MCP server on stdio")
     serve.set_defaults(handler=lambda _ns: _serve())
+    _add_install(subparsers)
     return parser
+
+
+def _add_install(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "install", help="link the skill into Claude Code or Gemini CLI and register the MCP server",
+        description="Idempotent: re-running changes nothing. Never overwrites a real directory or an "
+        "invalid config file; use --dry-run to see what would change.")
+    host = parser.add_mutually_exclusive_group(required=True)
+    host.add_argument("--claude", dest="host", action="store_const", const="claude", help="Claude Code")
+    host.add_argument("--gemini", dest="host", action="store_const", const="gemini", help="Gemini CLI")
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument("--user", dest="scope", action="store_const", const="user", help="for this user (default)")
+    scope.add_argument("--project", dest="scope", action="store_const", const="project",
+                       help="for one project (see --project-dir)")
+    parser.add_argument("--project-dir", default=".", help="project directory for --project (default: .)")
+    parser.add_argument("--dry-run", action="store_true", help="show what would change, change nothing")
+    parser.add_argument("--force", action="store_true", help="re-point an existing skill link that points elsewhere")
+    parser.add_argument("--json", action="store_true", dest="as_json", help="print the result as JSON")
+    parser.set_defaults(handler=_install, scope="user")
+
+
+def _install(namespace: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .install import install, render
+
+    report = install(namespace.host, namespace.scope, project_dir=Path(namespace.project_dir),
+                     dry_run=namespace.dry_run, force=namespace.force)
+    print(report.model_dump_json(indent=2) if namespace.as_json else render(report))
+    return 0 if report.ok else 1
 
 
 def _serve() -> int:
