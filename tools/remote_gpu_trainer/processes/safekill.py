@@ -1,0 +1,191 @@
+"""Two-phase safe kill of an arbitrary set of pids: the one entry point other tools should use.
+
+``kill_port_holders`` uses it for port holders, ``reap_vram_zombies`` for same-user GPU orphans.
+The caller decides *which* pids are candidates and says why (``{pid: "holds tcp :29500"}``);
+this module decides whether each may be signalled and does it safely::
+
+    report = safe_kill({4242: "holds tcp 127.0.0.1:29500 LISTEN"}, dry_run=True)
+    report.confirm_token          # show report.targets to the user, then:
+    report = safe_kill({4242: ...}, dry_run=False, confirm_token=token, signal="TERM", grace_s=10)
+
+Steps (each in its own module, each documented there):
+
+1. snapshot every pid once (snapshot.py) and note the launcher group it belongs to (launchers.py);
+2. apply the refusal rules (safety.py): pid ≤ 1, self and ancestors, other users unless root and
+   allowed, protected system/access processes, login shells, zombies (their parent is named),
+   D state (reported as unkillable);
+3. dry run: return every candidate with the action it would get, plus a confirm token over the
+   fingerprints of those that would be signalled (fingerprint.py);
+4. real run: re-snapshot, require the token to match exactly those processes (a restarted or new
+   process is refused, naming the pid, and a fresh token is returned for review); then
+   terminate.py: children first, SIGTERM, wait ``grace_s``, SIGKILL only when ``signal="KILL"``.
+
+``signal="KILL"`` means *escalate*: SIGTERM first, SIGKILL for whatever is still alive after
+``grace_s`` (use ``grace_s=0`` for an immediate SIGKILL after the SIGTERM). Training jobs get a
+chance to flush logs and release NCCL/GPU state before the hard kill.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field
+
+from ..errors import InputError
+from ..models import StrictModel
+from ..toolspec import Progress, no_progress
+from .fingerprint import check_token, fingerprint, make_token
+from .launchers import find_launcher, launcher_kind
+from .safety import DEFAULT_POLICY, Caller, Policy, Refusal, refusal
+from .snapshot import STOPPED, ZOMBIE, ProcessTable, ProcInfo, snapshot
+from .terminate import terminate
+
+Signal = Literal["TERM", "KILL"]
+Action = Literal["would_signal", "signalled", "refused", "not_signalled"]
+MAX_COMMAND_CHARS = 400
+
+
+class ProcessRow(StrictModel):
+    """One process as a report shows it."""
+
+    pid: int
+    ppid: int
+    parent: str | None = Field(None, description="Parent's name, e.g. 'torchrun' or 'bash'")
+    name: str
+    command: str = Field(description="Command line, truncated to 400 characters")
+    user: str | None
+    uid: int | None
+    status: str = Field(description="psutil status: running, sleeping, stopped, zombie, disk-sleep (D state)...")
+    started: str | None = Field(None, description="Start time, ISO 8601 local time")
+    torchrun_group: int | None = Field(None, description="Pid of the distributed launcher (torchrun, "
+                                       "torch.distributed.launch, accelerate launch, deepspeed) whose tree this "
+                                       "process belongs to")
+    launcher: str | None = Field(None, description="Kind of that launcher, when this process is the launcher itself")
+
+
+class KillTarget(ProcessRow):
+    why: str = Field(description="Why the caller considered it: e.g. 'holds tcp 127.0.0.1:29500 LISTEN'")
+    action: Action = Field(description="would_signal (dry run), signalled, refused (a safety rule), "
+                           "not_signalled (the real run stopped: confirm token mismatch)")
+    refusal: str | None = Field(None, description="Refusal code: pid_le_1, self, ancestor, session, zombie, "
+                                "kernel_thread, other_user, protected, login_shell, uninterruptible, gone")
+    outcome: str | None = Field(None, description="After a real run: exited_after_term, exited_after_kill, "
+                                "survived_term, unkillable, already_gone, pid_reused, permission_denied")
+    detail: str = Field("", description="The reason, in words")
+
+
+class KillReport(StrictModel):
+    dry_run: bool
+    signal: Signal
+    grace_s: float
+    targets: list[KillTarget] = Field(description="Every candidate, children before parents")
+    confirm_token: str | None = Field(None, description="Pass back with dry_run=false to signal exactly the "
+                                      "'would_signal' processes; null when nothing would be signalled")
+    token_problems: list[str] = Field(default_factory=list, description="Why the real run refused to start")
+    executed: bool = Field(False, description="True when signals were sent")
+
+
+def _iso(timestamp: float | None) -> str | None:
+    if timestamp is None:
+        return None
+    return dt.datetime.fromtimestamp(timestamp).isoformat(timespec="seconds")
+
+
+def _describe(info: ProcInfo) -> str:
+    command = info.command
+    return f"pid {info.pid} ({command[:60]}{'…' if len(command) > 60 else ''})"
+
+
+def process_row(info: ProcInfo, table: ProcessTable) -> dict:
+    """Fields of :class:`ProcessRow` for ``info`` (a dict, so subclasses can add their own)."""
+    parent = snapshot(info.ppid) if info.ppid > 0 else None
+    return dict(
+        pid=info.pid, ppid=info.ppid, parent=parent.name if parent else None, name=info.name,
+        command=info.command[:MAX_COMMAND_CHARS],
+        user=info.username or (str(info.uid) if info.uid is not None else None),
+        uid=info.uid, status=info.status, started=_iso(info.create_time),
+        torchrun_group=find_launcher(info.pid, table), launcher=launcher_kind(info.cmdline),
+    )
+
+
+@dataclass(frozen=True)
+class Assessed:
+    """A candidate after the safety rules: ``refusal is None`` means it may be signalled."""
+
+    pid: int
+    why: str
+    info: ProcInfo | None
+    refusal: Refusal | None
+
+
+def assess(candidates: Mapping[int, str], *, policy: Policy, caller: Caller, table: ProcessTable) -> list[Assessed]:
+    """Snapshot and judge each candidate; children before parents, the order signals go out."""
+    assessed = []
+    for pid, why in candidates.items():
+        info = snapshot(pid)
+        parent_name = None
+        if info is not None and info.status == ZOMBIE:
+            parent = snapshot(info.ppid)
+            parent_name = parent.name if parent else None
+        assessed.append(Assessed(pid, why, info, refusal(info, caller, policy, parent_name=parent_name)))
+    assessed.sort(key=lambda a: (table.depth(a.pid), a.pid), reverse=True)
+    return assessed
+
+
+def safe_kill(candidates: Mapping[int, str], *, dry_run: bool = True, confirm_token: str | None = None,
+              signal: Signal = "TERM", grace_s: float = 10.0, policy: Policy = DEFAULT_POLICY,
+              caller: Caller | None = None, progress: Progress = no_progress) -> KillReport:
+    """Dry run (default) or confirmed kill of ``candidates`` (pid → why). See the module docstring.
+
+    Raises :class:`InputError` on ``confirm_token`` when a real run has something to signal but no
+    token, or a malformed one. A well-formed token that no longer matches is not an error: the
+    report says what changed and carries a fresh token.
+    """
+    caller = caller or Caller.current()
+    table = ProcessTable.read()
+    rows = assess(candidates, policy=policy, caller=caller, table=table)
+    approved = [row.info for row in rows if row.refusal is None and row.info is not None]
+    token = make_token(fingerprint(info) for info in approved) if approved else None
+
+    def build(action_for_ok: Action, outcomes: Mapping[int, object] | None = None) -> list[KillTarget]:
+        targets = []
+        for row in rows:
+            info, why = row.info, row.why
+            if info is None:
+                targets.append(KillTarget(pid=row.pid, ppid=0, name="?", command="", user=None, uid=None,
+                                          status="gone", why=why, action="refused", refusal="gone",
+                                          detail="the process no longer exists"))
+                continue
+            base = process_row(info, table)
+            if row.refusal is not None:
+                targets.append(KillTarget(**base, why=why, action="refused", refusal=row.refusal.code,
+                                          detail=row.refusal.detail))
+                continue
+            outcome = outcomes.get(row.pid) if outcomes else None
+            detail = "stopped (suspended): SIGCONT follows the SIGTERM so it can exit" if info.status in STOPPED else ""
+            targets.append(KillTarget(**base, why=why, action=action_for_ok,
+                                      outcome=getattr(outcome, "code", None),
+                                      detail=getattr(outcome, "detail", None) or detail))
+        return targets
+
+    if dry_run or not approved:
+        return KillReport(dry_run=dry_run, signal=signal, grace_s=grace_s, confirm_token=token,
+                          targets=build("would_signal" if dry_run else "not_signalled"))
+    if not confirm_token:
+        raise InputError("confirm_token", "required when dry_run is false: run the dry run first, review its "
+                         "targets, then pass the confirm_token it returned")
+    infos = {info.pid: info for info in approved}
+    problems = check_token(confirm_token, [fingerprint(info) for info in approved],
+                           describe=lambda pid: _describe(infos[pid]))
+    if problems:
+        return KillReport(dry_run=False, signal=signal, grace_s=grace_s, confirm_token=token,
+                          targets=build("not_signalled"), token_problems=[p.detail for p in problems])
+    outcomes = terminate(approved, escalate=signal == "KILL", grace_s=grace_s, table=table, progress=progress)
+    return KillReport(dry_run=False, signal=signal, grace_s=grace_s, executed=True,
+                      targets=build("signalled", outcomes))
+
+
+__all__ = ["Assessed", "Caller", "KillReport", "KillTarget", "Policy", "ProcessRow", "assess", "safe_kill"]
