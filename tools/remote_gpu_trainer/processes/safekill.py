@@ -88,6 +88,11 @@ class KillReport(StrictModel):
     executed: bool = Field(False, description="True when signals were sent")
 
 
+def printable(text: str) -> str:
+    """Control characters (a ``python -c`` script's newlines) as visible escapes, so tables stay tables."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
 def _iso(timestamp: float | None) -> str | None:
     if timestamp is None:
         return None
@@ -104,7 +109,7 @@ def process_row(info: ProcInfo, table: ProcessTable) -> dict:
     parent = snapshot(info.ppid) if info.ppid > 0 else None
     return dict(
         pid=info.pid, ppid=info.ppid, parent=parent.name if parent else None, name=info.name,
-        command=info.command[:MAX_COMMAND_CHARS],
+        command=printable(info.command)[:MAX_COMMAND_CHARS],
         user=info.username or (str(info.uid) if info.uid is not None else None),
         uid=info.uid, status=info.status, started=_iso(info.create_time),
         torchrun_group=find_launcher(info.pid, table), launcher=launcher_kind(info.cmdline),

@@ -17,8 +17,9 @@ stable ``code`` and a sentence for the user. The rules, in the order they are ch
 ``protected``       system and access processes: sshd, systemd, init, container runtimes, kubelet,
                     tmux/screen servers, Jupyter and remote-IDE servers, provider proxies. Killing
                     one cuts the user off the machine or breaks the box; no flag overrides this.
-``login_shell``     a login shell (``-bash``) or a shell that leads its own session (a terminal or
-                    tmux pane): killing it hangs up everything started from it.
+``login_shell``     a login shell (argv[0] starts with ``-``, e.g. ``-bash``) or a shell that leads
+                    its own session (a terminal or tmux pane): killing it hangs up everything
+                    started from it.
 ``uninterruptible`` D state: blocked in the kernel (driver, NFS, dead GPU). Signals wait until the
                     call returns, which may be never; reported, not signalled.
 ``no_start_time``   start time unreadable: it could not be told apart from a successor on its pid.
@@ -148,7 +149,7 @@ def protected_reason(info: ProcInfo, extra: frozenset[str] = frozenset()) -> str
 
 
 def _is_shell(info: ProcInfo) -> bool:
-    return info.name.lstrip("-") in SHELLS
+    return info.name in SHELLS or PurePosixPath(info.cmdline[0].lstrip("-")).name in SHELLS
 
 
 def refusal(info: ProcInfo | None, caller: Caller, policy: Policy = DEFAULT_POLICY, *,
@@ -183,7 +184,7 @@ def refusal(info: ProcInfo | None, caller: Caller, policy: Policy = DEFAULT_POLI
     reason = protected_reason(info, policy.extra_protected_names)
     if reason:
         return Refusal("protected", f"{reason}; never killed by this tool")
-    if info.name.startswith("-") or (_is_shell(info) and info.sid == pid):
+    if (info.cmdline and info.cmdline[0].startswith("-")) or (_is_shell(info) and info.sid == pid):
         return Refusal("login_shell", "a login or terminal shell: killing it hangs up everything started from it")
     if info.status == DISK_SLEEP:
         return Refusal("uninterruptible", "in uninterruptible sleep (D state, usually stuck in a driver, NFS or a dead "
