@@ -12,6 +12,7 @@ from .toolspec import ToolSpec
 
 TOOL_MODULES = (
     "remote_gpu_trainer.info",
+    "remote_gpu_trainer.processes.tool",
 )
 
 
