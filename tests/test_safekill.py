@@ -7,11 +7,14 @@ psutil handles, which refuse a reused pid).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import psutil
 import pytest
@@ -35,11 +38,17 @@ class Spawner:
     def __init__(self) -> None:
         self.handles: list[psutil.Process] = []
         self.popens: list[subprocess.Popen] = []
+        self.scripts = Path(tempfile.mkdtemp(prefix="rgt-test-"))
+        self.scripts.chmod(0o755)  # readable by a helper that runs as another user
 
     def python(self, code: str, *args: str, executable: str = sys.executable, user: int | None = None,
                ) -> tuple[subprocess.Popen, list[str]]:
-        """Run ``code``; return the Popen and the words after 'ready' on its first line."""
-        proc = subprocess.Popen([executable, "-c", code, *args], stdout=subprocess.PIPE, text=True, user=user)
+        """Run ``code`` from a script file (short, readable command lines); return the Popen and the
+        words after 'ready' on its first line."""
+        script = self.scripts / f"helper{len(self.popens)}.py"
+        script.write_text(code)
+        script.chmod(0o644)
+        proc = subprocess.Popen([executable, str(script), *args], stdout=subprocess.PIPE, text=True, user=user)
         self.popens.append(proc)
         self.handles.append(psutil.Process(proc.pid))
         line = proc.stdout.readline().split()
@@ -62,6 +71,7 @@ class Spawner:
                 pass
             if proc.stdout:
                 proc.stdout.close()
+        shutil.rmtree(self.scripts, ignore_errors=True)
 
 
 @pytest.fixture

@@ -17,14 +17,16 @@ from __future__ import annotations
 import re
 import shlex
 import time
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 from pydantic_core import PydanticCustomError
 
+from ..errors import InputError
 from ..models import EntryRef, StrictModel, Verdict
 from ..tables import format_table
 from ..toolspec import Progress, ToolSpec
+from .fingerprint import parse_token
 from .launchers import find_launcher
 from .ports import (
     PORT_SPEC_HELP,
@@ -52,8 +54,28 @@ def _custom(reason: str) -> PydanticCustomError:
     return PydanticCustomError("invalid_value", "{reason}", {"reason": reason})
 
 
+def _no_booleans(value: object) -> object:
+    """Lax validation would read JSON ``true`` as port 1."""
+    if isinstance(value, list) and any(isinstance(item, bool) for item in value):
+        raise _custom(f"true/false is not a port: {PORT_SPEC_HELP}")
+    return value
+
+
+def _valid_port_specs(value: list[int | str]) -> list[int | str]:
+    try:
+        parse_port_specs(value)
+    except ValueError as err:
+        raise _custom(str(err)) from None
+    return value
+
+
+# Validators ride in the annotation's metadata, so the MCP layer (which rebuilds parameters from
+# annotation + metadata) applies them too, not only ToolSpec.validate.
+PortSpecs = Annotated[list[int | str], BeforeValidator(_no_booleans), AfterValidator(_valid_port_specs)]
+
+
 class KillPortHoldersInput(StrictModel):
-    ports: list[int | str] = Field(
+    ports: PortSpecs = Field(
         min_length=1, max_length=64,
         description=f"Ports and/or ranges to free, e.g. [29500, \"29510-29520\"]: {PORT_SPEC_HELP}.",
         examples=[[29500], [29500, "29510-29520"]])
@@ -82,15 +104,6 @@ class KillPortHoldersInput(StrictModel):
         "dry_run is false. Binds pid, start time, uid and command line of each process, so a restarted or "
         "reused pid is refused.")
 
-    @field_validator("ports")
-    @classmethod
-    def _check_ports(cls, value: list[int | str]) -> list[int | str]:
-        try:
-            parse_port_specs(value)
-        except ValueError as err:
-            raise _custom(str(err)) from None
-        return value
-
     @field_validator("name_pattern")
     @classmethod
     def _check_pattern(cls, value: str | None) -> str | None:
@@ -99,6 +112,16 @@ class KillPortHoldersInput(StrictModel):
                 re.compile(value)
             except re.error as err:
                 raise _custom(f"not a valid regular expression: {err}") from None
+        return value
+
+    @field_validator("confirm_token")
+    @classmethod
+    def _check_token(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                parse_token(value)
+            except InputError as err:
+                raise _custom(err.message + (f" (allowed: {', '.join(err.allowed)})" if err.allowed else "")) from None
         return value
 
     def protocols(self) -> tuple[Proto, ...]:
