@@ -13,6 +13,8 @@ from .toolspec import ToolSpec
 TOOL_MODULES = (
     "remote_gpu_trainer.info",
     "remote_gpu_trainer.processes.tool",
+    "remote_gpu_trainer.repro.tool",
+    "remote_gpu_trainer.health.tool",
 )
 
 

@@ -1,0 +1,195 @@
+"""The ``gpu_health`` and ``reap_vram_zombies`` tools (``rgt health``, ``rgt zombies``): glue and rendering.
+
+Logic lives in probe.py (health), holders.py (classification) and zombies.py (reaping). This
+module picks the backend (real NVML, or a named fake when ``RGT_HEALTH_FAKE`` is set), and turns
+reports into text for people.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from pydantic import Field
+
+from ..models import StrictModel, Verdict
+from ..tables import format_table, gib
+from ..toolspec import Progress, ToolSpec
+from .checks import Check
+from .probe import EXIT_CODES_DOC, HealthReport, probe
+from .zombies import ReapInput, ZombieReport, reap
+
+FAKE_ENV = "RGT_HEALTH_FAKE"
+
+
+class HealthInput(StrictModel):
+    expect_gpus: int | None = Field(None, ge=0, le=1024, description="How many GPUs this machine should have "
+                                    "(e.g. 8 for an 8×H100 node). Fewer found is FAIL; default: at least one.")
+    indices: list[int] | None = Field(None, max_length=1024, description="Only probe these GPUs (NVML indices, PCI "
+                                      "bus order); default all. The GPU count is still checked against expect_gpus.")
+    sample_s: float = Field(0.0, ge=0, le=10, description="Sampling window in seconds for cumulative counters "
+                            "(thermal/power violation time, PCIe replays, NVLink errors). 0 = instantaneous only.")
+    timeout_s: float = Field(30.0, ge=1, le=300, description="Longest total wait for NVML (init plus every GPU); "
+                             "a hang past it is reported as FAIL with the call that hung. Does not include sample_s.")
+
+
+def _sources() -> tuple[object, object | None, Callable | None]:
+    """(backend, process source, kernel-log reader): a named fake when RGT_HEALTH_FAKE is set."""
+    name = os.environ.get(FAKE_ENV)
+    if name:
+        from .fakes import scenario
+
+        fake = scenario(name)
+        return fake.backend, fake.processes, fake.read_kernel_log
+    from .backend import PynvmlBackend
+
+    return PynvmlBackend(), None, None
+
+
+def gpu_health(args: HealthInput, progress: Progress) -> HealthReport:
+    backend, processes, kernel_log = _sources()
+    extra = {"kernel_log": kernel_log} if kernel_log else {}
+    return probe(backend, expect_gpus=args.expect_gpus, indices=args.indices, sample_s=args.sample_s,  # type: ignore[arg-type]
+                 timeout_s=args.timeout_s, processes=processes, progress=progress, **extra)  # type: ignore[arg-type]
+
+
+def reap_vram_zombies(args: ReapInput, progress: Progress) -> ZombieReport:
+    backend, processes, _ = _sources()
+    from ..processes.safekill import safe_kill
+
+    kill_step = None if processes is not None else safe_kill  # a fake's pids are not this machine's processes
+    return reap(args, backend, processes=processes, kill_step=kill_step, progress=progress)  # type: ignore[arg-type]
+
+
+# --- rendering ------------------------------------------------------------------------------------
+
+
+def _entry(check: Check) -> str:
+    return f"  → {check.entry.file}#{check.entry.id}" if check.entry else ""
+
+
+def _finding(where: str, check: Check) -> str:
+    return (f"{check.verdict.value:<7} {where:<6} {check.name}: {check.observed}  (expected {check.threshold})\n"
+            f"{'':15}{check.explanation}{_entry(check)}")
+
+
+def render_health(report: HealthReport) -> str:
+    lines = [f"gpu_health: {report.summary}"]
+    facts = [f"backend {report.backend}"]
+    if report.driver_version:
+        facts.append(f"driver {report.driver_version} · CUDA {report.cuda_driver_version or '?'}")
+    facts += [f"{report.gpus_found} GPU(s)", *(["container"] if report.in_container else []),
+              f"{report.elapsed_s:.2f} s" + (f" (window {report.sample_s:g} s)" if report.sample_s else "")]
+    lines.append(" · ".join(facts))
+    if report.backend.startswith("fake:"):
+        lines.append(f"!! FAKE NVML scenario '{report.backend[5:]}' ({FAKE_ENV}): not this machine's state")
+    if report.gpus:
+        rows = []
+        for gpu in report.gpus:
+            issues = [c.name for c in gpu.checks if c.verdict not in (Verdict.PASS, Verdict.SKIP)]
+            memory = (f"{gib(gpu.memory_used_bytes, 1)} / {gib(gpu.memory_total_bytes, 0)}"
+                      if gpu.memory_total_bytes else "-")
+            rows.append([gpu.index, gpu.name or "?", gpu.verdict, memory,
+                         f"{gpu.temperature_c} °C" if gpu.temperature_c is not None else "-",
+                         f"{gpu.utilization_percent} %" if gpu.utilization_percent is not None else "-",
+                         ", ".join(issues) or "-"])
+        lines += ["", format_table(["gpu", "name", "verdict", "memory", "temp", "util", "findings"], rows)]
+    findings = [_finding("host", c) for c in report.host_checks if c.verdict is not Verdict.PASS]
+    for gpu in report.gpus:
+        findings += [_finding(f"GPU {gpu.index}", c) for c in gpu.checks
+                     if c.verdict not in (Verdict.PASS, Verdict.SKIP)]
+    skipped = sum(c.verdict is Verdict.SKIP for g in report.gpus for c in g.checks)
+    if findings:
+        lines += ["", "findings:", *findings]
+    if skipped:
+        lines.append(f"\n{skipped} per-GPU check(s) skipped (feature absent or driver too old); --json shows all")
+    lines += [f"note: {n}" for n in report.notes]
+    meaning = {0: "trainable", 1: "do not train here", 3: "some signals unreadable", 4: "no NVIDIA GPU here"}
+    lines.append(f"\nexit {report.exit_code}: {meaning.get(report.exit_code, '')}")
+    return "\n".join(lines)
+
+
+def render_zombies(report: ZombieReport) -> str:
+    head = f"{report.verdict.value}  {report.summary}"
+    parts = [f"DRY RUN (nothing signalled)\n{head}" if report.dry_run else head]
+    if report.backend.startswith("fake:"):
+        parts.append(f"!! FAKE NVML scenario '{report.backend[5:]}' ({FAKE_ENV}): not this machine's state")
+    if report.holders:
+        parts.append(format_table(
+            ["gpu", "pid", "kind", "vram", "user", "age", "nvml", "candidate", "command"],
+            [[h.gpu, h.pid, h.kind, gib(h.used_bytes, 1), h.user, f"{h.age_s / 60:.0f} min" if h.age_s else "-",
+              "listed" if h.nvml_listed else "scan", "yes" if h.candidate else "-", h.command[:50]]
+             for h in report.holders]))
+        parts.append("\n".join(f"GPU {h.gpu} pid {h.pid} ({h.kind}): {h.reason}\n    remedy: {h.remedy}"
+                               for h in report.holders if h.kind != "active" or h.candidate))
+    if report.kill and report.kill.targets:
+        parts.append(format_table(["pid", "user", "name", "action", "outcome", "why / detail"],
+                                  [[t.pid, t.user, t.name, t.action if not t.refusal else f"refused:{t.refusal}",
+                                    t.outcome, f"{t.why}. {t.detail}".strip(". ")] for t in report.kill.targets]))
+    if report.memory:
+        parts.append(format_table(["gpu", "used before", "used after"],
+                                  [[m.gpu, gib(m.used_bytes_before, 1), gib(m.used_bytes_after, 1)]
+                                   for m in report.memory]))
+    parts += [f"note: {n}" for n in report.notes]
+    if report.confirm_token and report.dry_run:
+        parts.append(f"confirm_token: {report.confirm_token}")
+    parts.append(f"next: {report.next_step}")
+    return "\n\n".join(parts)
+
+
+SPECS = [
+    ToolSpec(
+        name="gpu_health",
+        cli="health",
+        title="GPU pre-flight health check",
+        description=(
+            "Can I train on this box, and what will bite me? Reads every GPU through NVML (not nvidia-smi) "
+            "and judges: driver/NVML load (incl. driver/library mismatch), GPU count vs expect_gpus, lost "
+            "GPUs, recovery action, ECC mode and uncorrectable errors, row remapping and retired pages, "
+            "InfoROM, temperature against each GPU's own slowdown/shutdown thresholds, clock-event "
+            "(throttle) reasons with idle bits masked, power limit below default, PCIe width, compute mode "
+            "(Exclusive Process → WARN: breaks multi-process launches; Prohibited → FAIL), persistence, "
+            "MIG, NVSwitch fabric state, NVLink, processes holding VRAM (classified: active/orphan/zombie/"
+            "D-state/namespaced/phantom) and VRAM no process accounts for, and XIDs from the kernel log "
+            "(UNKNOWN when unreadable, e.g. in a container). Every check has a verdict (PASS/WARN/FAIL/"
+            "UNKNOWN/SKIP), the observed value, the threshold, one line of explanation and a catalog "
+            "entry; an unreadable signal is never PASS. NVML runs on one thread with a timeout, so a sick "
+            "GPU yields FAIL naming the call that hung, not a hung server. Without a driver it answers in "
+            f"milliseconds and says why. Read-only: changes nothing. {EXIT_CODES_DOC}"
+        ),
+        input_model=HealthInput,
+        output_model=HealthReport,
+        run=gpu_health,
+        read_only=True,
+        idempotent=True,
+        render_text=render_health,
+        exit_code=lambda report: report.exit_code,
+    ),
+    ToolSpec(
+        name="reap_vram_zombies",
+        cli="zombies",
+        title="Find and reap stale VRAM holders",
+        description=(
+            "GPU memory still used after a run ended? Classifies every process NVML reports on each GPU: "
+            "active, orphan (launcher gone), zombie, uninterruptible (D state), namespaced (NVML gives host "
+            "pids in a container; the local holders of /dev/nvidiaN are listed instead), phantom (nobody "
+            "holds it: GPU reset or restart), invalid_pid. Only same-user orphans proven to hold the GPU's "
+            "/dev/nvidiaN (and their device-holding children, e.g. DataLoader workers) are offered for "
+            "killing; everything else gets its remedy. Dry run by default: returns the targets and a "
+            "confirm_token bound to each process's pid, start time, uid and command line. A real run needs "
+            "dry_run=false plus that token, sends SIGTERM, waits grace_s, SIGKILLs survivors only with "
+            "signal=KILL, children first, never protected/ancestor/other-user processes, then reports VRAM "
+            "before and after. Show the dry-run targets to the user before confirming: a detached job they "
+            "still want (nohup/setsid) can also be an orphan. Exit status: 0 done or dry run · 1 a target "
+            "survived or the token no longer matched · 2 bad input · 4 no NVIDIA GPU."
+        ),
+        input_model=ReapInput,
+        output_model=ZombieReport,
+        run=reap_vram_zombies,
+        read_only=False,
+        destructive=True,
+        idempotent=True,
+        render_text=render_zombies,
+        exit_code=lambda report: report.exit_code,
+    ),
+]

@@ -1,0 +1,228 @@
+"""reap_vram_zombies: classify every VRAM holder, and free what is provably a stale orphan of ours.
+
+Classification is ``holders.classify``; killing is ``processes.safekill.safe_kill``, the same
+two-phase machinery as kill_port_holders (dry run → confirm token bound to pid, start time, uid and
+command line → SIGTERM, grace, optional SIGKILL, children first, protected and ancestor processes
+refused). This module only chooses the candidates (same-user orphans proven to hold the GPU, and
+their device-holding descendants), passes them on, and reports VRAM before and after.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
+
+from pydantic import Field
+
+from ..models import EntryRef, StrictModel, Verdict
+from ..nvml_session import NO_GPU_REASONS, NvmlHang
+from ..processes.safekill import KillReport, Signal, safe_kill
+from ..tables import gib
+from ..toolspec import Progress, no_progress
+from .backend import GpuProcesses, Memory, NvmlBackend
+from .holders import Holder, HolderClass, LocalProcesses, ProcessSource, classify
+from .probe import EXIT_FAIL, EXIT_NO_GPU, EXIT_OK, select_indices
+
+REF_ORPHANS = EntryRef(file="references/gotchas_universal.md", id="GOT-06")
+REF_NAMESPACED = EntryRef(file="references/gotchas_universal.md", id="GOT-07")
+REF_PKILL = EntryRef(file="references/gotchas_universal.md", id="GOT-08")
+REF_HANG = EntryRef(file="references/gotchas_universal.md", id="GOT-23")
+
+
+class HolderRow(StrictModel):
+    gpu: int = Field(description="NVML GPU index")
+    pid: int
+    kind: HolderClass = Field(description="active, orphan, zombie, uninterruptible, namespaced, phantom, invalid_pid")
+    nvml_listed: bool = Field(description="False: found only by scanning /proc for open /dev/nvidia* files")
+    used_bytes: int | None = Field(description="VRAM NVML attributes to the pid (null: not reported, e.g. MIG)")
+    command: str
+    user: str | None
+    status: str | None = Field(description="psutil status: running, sleeping, zombie, disk-sleep, ...")
+    age_s: float | None
+    holds_device: bool | None = Field(description="Has this GPU's /dev/nvidiaN open (null: its files are unreadable)")
+    candidate: bool = Field(description="Offered to the safe kill (which can still refuse it)")
+    reason: str
+    remedy: str
+    local_holders: list[int] = Field(default_factory=list, description="For namespaced: local pids holding the GPU")
+
+
+class GpuMemoryRow(StrictModel):
+    gpu: int
+    used_bytes_before: int | None
+    used_bytes_after: int | None = Field(None, description="After a real run; null in a dry run")
+
+
+class ZombieReport(StrictModel):
+    verdict: Verdict = Field(description="PASS: no stale holder. WARN: stale holders found (dry run), or some need a "
+                             "remedy this tool cannot apply. FAIL: a real run left a target alive or was refused")
+    exit_code: int = Field(description="What `rgt zombies` exits with: 0 done, 1 a target survived or the token did "
+                           "not match, 2 bad input, 4 no NVIDIA GPU")
+    summary: str
+    dry_run: bool
+    backend: str
+    gpus_found: int
+    in_container: bool
+    holders: list[HolderRow]
+    kill: KillReport | None = Field(None, description="The safe-kill step: targets with action/refusal/outcome")
+    confirm_token: str | None = Field(None, description="Pass back with dry_run=false to signal exactly the "
+                                      "would_signal targets")
+    memory: list[GpuMemoryRow]
+    next_step: str
+    notes: list[str] = Field(default_factory=list)
+    references: list[EntryRef]
+
+
+def _row(holder: Holder) -> HolderRow:
+    info = holder.info
+    return HolderRow(gpu=holder.gpu, pid=holder.pid, kind=holder.cls, nvml_listed=holder.nvml_listed,
+                     used_bytes=holder.used_bytes, command=holder.command[:400],
+                     user=(info.username or (str(info.uid) if info.uid is not None else None)) if info else None,
+                     status=info.status if info else None, age_s=round(holder.age_s, 1) if holder.age_s else None,
+                     holds_device=holder.holds_device, candidate=holder.candidate, reason=holder.reason,
+                     remedy=holder.remedy, local_holders=list(holder.local_holders))
+
+
+def candidates_of(holders: Sequence[Holder]) -> dict[int, str]:
+    """pid → why, one entry per process even when it holds several GPUs."""
+    gpus: dict[int, list[str]] = {}
+    role: dict[int, str] = {}
+    for holder in holders:
+        if holder.candidate:
+            used = f", {gib(holder.used_bytes, 1)}" if holder.used_bytes else ""
+            gpus.setdefault(holder.pid, []).append(f"GPU {holder.gpu}{used}")
+            role[holder.pid] = "orphan" if holder.cls is HolderClass.ORPHAN else "child of an orphan"
+    return {pid: f"{role[pid]} holding {'; '.join(held)}" for pid, held in gpus.items()}
+
+
+class ReapInput(StrictModel):
+    dry_run: bool = Field(True, description="Only classify and report what would be signalled; returns a "
+                          "confirm_token. Nothing is signalled unless this is false and the token matches.")
+    signal: Signal = Field("TERM", description="TERM: SIGTERM, wait grace_s, report survivors. KILL: SIGTERM, wait "
+                           "grace_s, then SIGKILL whatever is still alive.")
+    grace_s: float = Field(10.0, ge=0, le=120, description="Seconds to wait after SIGTERM.")
+    confirm_token: str | None = Field(None, min_length=1, max_length=8192, description="The confirm_token from the "
+                                      "dry run; required when dry_run is false. Binds pid, start time, uid and "
+                                      "command line of each target, so a restarted or reused pid is refused.")
+    indices: list[int] | None = Field(None, description="Only these GPUs (NVML indices); default all.")
+    min_age_s: float = Field(60.0, ge=0, le=86400, description="Orphans younger than this are not offered for "
+                             "killing (a job may still be starting up).")
+    timeout_s: float = Field(30.0, ge=1, le=300, description="Longest wait for NVML (it can hang on a sick GPU).")
+
+
+def _cli_command(args: ReapInput, token: str) -> str:
+    parts = ["rgt", "zombies", "--no-dry-run", "--signal", args.signal, "--grace-s", f"{args.grace_s:g}",
+             "--min-age-s", f"{args.min_age_s:g}"]
+    if args.indices:
+        parts += ["--indices", *map(str, args.indices)]
+    return shlex.join([*parts, "--confirm-token", token])
+
+
+def _read_all(backend: NvmlBackend, indices: list[int], timeout_s: float, notes: list[str]) -> list[GpuProcesses]:
+    deadline = time.monotonic() + timeout_s
+    gpus = []
+    for index in indices:
+        try:
+            gpus.append(backend.worker.call(partial(backend.read_processes, index), f"processes GPU {index}",
+                                            max(deadline - time.monotonic(), 0.05)))
+        except NvmlHang as hang:
+            notes.append(f"GPU {index}: NVML hung ({hang}); GPUs after it were not read")
+            break
+    return gpus
+
+
+def _used(gpus: Sequence[GpuProcesses]) -> dict[int, int | None]:
+    return {g.index: g.memory.used if isinstance(g.memory, Memory) else None for g in gpus}
+
+
+KillStep = Callable[..., KillReport]
+
+
+def reap(args: ReapInput, backend: NvmlBackend, *, processes: ProcessSource | None = None,
+         kill_step: KillStep | None = safe_kill, progress: Progress = no_progress) -> ZombieReport:
+    """Dry run (default) or confirmed reap. See the module docstring.
+
+    ``kill_step`` is ``safe_kill``; None skips it (a fake scenario's pids are not this machine's).
+    """
+    source = processes or LocalProcesses()
+    refs = [REF_ORPHANS, REF_PKILL]
+    status = backend.open(args.timeout_s)
+    base = dict(dry_run=args.dry_run, backend=backend.name, in_container=source.in_container(), references=refs)
+    if not status.ok:
+        no_gpu = status.reason in NO_GPU_REASONS
+        return ZombieReport(**base, verdict=Verdict.FAIL if not no_gpu else Verdict.SKIP,
+                            exit_code=EXIT_NO_GPU if no_gpu else EXIT_FAIL, gpus_found=0, holders=[], memory=[],
+                            summary=f"NVML unavailable ({status.reason}): {status.detail}",
+                            next_step="Nothing to reap without NVML: run gpu_health for the driver diagnosis.")
+    count = status.device_count or 0
+    indices = select_indices(args.indices, count)
+    notes: list[str] = []
+    progress(0, 3, "reading NVML process lists")
+    gpus = _read_all(backend, indices, args.timeout_s, notes)
+    before = _used(gpus)
+    progress(1, 3, "classifying holders")
+    result = classify(gpus, source, args.min_age_s)
+    notes += result.notes
+    candidates = candidates_of(result.holders)
+    rows = [_row(h) for h in result.holders]
+    kill = None
+    if kill_step is None:
+        notes.append("fake scenario: candidates are neither fingerprinted nor signalled")
+    elif candidates or not args.dry_run:
+        progress(2, 3, "safe kill" if not args.dry_run else "fingerprinting candidates")
+        kill = kill_step(candidates, dry_run=args.dry_run, confirm_token=args.confirm_token, signal=args.signal,
+                         grace_s=args.grace_s, progress=progress)
+    memory = [GpuMemoryRow(gpu=i, used_bytes_before=before.get(i)) for i in before]
+    if kill is not None and kill.executed:
+        time.sleep(0.5)  # the driver frees a context shortly after its last holder exits
+        after = _used(_read_all(backend, list(before), args.timeout_s, notes))
+        memory = [GpuMemoryRow(gpu=i, used_bytes_before=before[i], used_bytes_after=after.get(i)) for i in before]
+    if any(h.cls in (HolderClass.NAMESPACED, HolderClass.PHANTOM) for h in result.holders):
+        refs.append(REF_NAMESPACED)
+    if any(h.cls is HolderClass.UNINTERRUPTIBLE for h in result.holders):
+        refs.append(REF_HANG)
+    return _judge(args, base, count, rows, kill, memory, notes, offered=len(candidates))
+
+
+def _judge(args: ReapInput, base: dict, count: int, rows: list[HolderRow], kill: KillReport | None,
+           memory: list[GpuMemoryRow], notes: list[str], offered: int) -> ZombieReport:
+    stale = [r for r in rows if r.kind is not HolderClass.ACTIVE]
+    would = [t for t in kill.targets if t.action == "would_signal"] if kill else []
+    common = dict(**base, gpus_found=count, holders=rows, kill=kill, memory=memory, notes=notes,
+                  confirm_token=kill.confirm_token if kill else None)
+    counts = {k: sum(r.kind is k for r in rows) for k in HolderClass}
+    kinds = ", ".join(f"{n} {k.value}" for k, n in counts.items() if n)
+    if kill is not None and kill.token_problems:
+        return ZombieReport(**common, verdict=Verdict.FAIL, exit_code=EXIT_FAIL,
+                            summary="Nothing was signalled: processes changed since the dry run. "
+                                    + " ".join(kill.token_problems),
+                            next_step="Review the targets (a fresh confirm_token is included) and confirm again.")
+    if kill is not None and kill.executed:
+        survivors = [t for t in kill.targets if t.outcome in ("survived_term", "unkillable", "permission_denied")]
+        freed = sum(max(0, (m.used_bytes_before or 0) - (m.used_bytes_after or 0)) for m in memory)
+        summary = (f"Signalled {sum(t.action == 'signalled' for t in kill.targets)} process(es); VRAM freed "
+                   f"{freed / (1 << 30):.1f} GiB" + (f"; {len(survivors)} survived" if survivors else ""))
+        step = ("Some ignored SIGTERM: run the dry run again and confirm with signal=KILL." if
+                any(t.outcome == "survived_term" for t in survivors) else
+                "Check gpu_health; remaining holders need the remedy in their row.")
+        return ZombieReport(**common, verdict=Verdict.FAIL if survivors else Verdict.PASS,
+                            exit_code=EXIT_FAIL if survivors else EXIT_OK, summary=summary, next_step=step)
+    if not rows:
+        return ZombieReport(**common, verdict=Verdict.PASS, exit_code=EXIT_OK,
+                            summary=f"No process holds VRAM on {len(memory)} GPU(s)", next_step="Nothing to do.")
+    if not stale and not would:
+        return ZombieReport(**common, verdict=Verdict.PASS, exit_code=EXIT_OK,
+                            summary=f"{len(rows)} holder(s), all active jobs: nothing stale",
+                            next_step="Nothing to reap. Stop a running job from where it was started.")
+    if kill is None and offered:
+        summary = f"{kinds}; {offered} candidate(s), not signalled (fake scenario)"
+    else:
+        summary = kinds + (f"; would signal {len(would)} process(es)" if would else "; nothing this tool may signal")
+    if would and kill and kill.confirm_token:
+        step = ("Show the would_signal targets to the user (an orphan can be a detached job they still want). "
+                "To proceed: call again with dry_run=false and this confirm_token, or "
+                f"`{_cli_command(args, kill.confirm_token)}`")
+    else:
+        step = "Apply the remedy in each row; this tool only signals same-user orphans proven to hold the GPU."
+    return ZombieReport(**common, verdict=Verdict.WARN, exit_code=EXIT_OK, summary=summary, next_step=step)
