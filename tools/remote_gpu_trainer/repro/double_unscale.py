@@ -1,0 +1,135 @@
+"""double_unscale: ``RuntimeError: unscale_() has already been called on this optimizer since the last update().``
+
+GradScaler keeps a per-optimizer stage (READY → UNSCALED → STEPPED); only ``update()`` resets it.
+A second ``unscale_()`` before ``update()`` would divide the grads by the scale twice, so it raises.
+It happens with two clipping sites (user code and a trainer/accelerate), with clipping on every
+micro-step of gradient accumulation, and when a loop ``continue``s past step/update after a
+non-finite grad norm.
+"""
+
+from __future__ import annotations
+
+from ..models import EntryRef
+from .base import Case, Expect, Observed, Variant
+
+EXPECT = Expect(("RuntimeError",), r"unscale_\(\) has already been called on this optimizer since the last update")
+
+CASE = Case(
+    name="double_unscale",
+    title="unscale_() has already been called on this optimizer since the last update()",
+    why="Only scaler.update() resets the per-optimizer UNSCALED stage, so two unscale_() calls per optimizer "
+        "step (two clipping sites, clipping every micro-step, or skipping update()) raise.",
+    entry=EntryRef(file="references/training/precision-stability.md", id="AMP-05"),
+    variants=(
+        Variant(
+            name="double_clip",
+            summary="the user unscales and clips, then a trainer/library helper unscales and clips again",
+            expect=EXPECT,
+            fix="Clip in exactly one place per optimizer step (leave it to the trainer, or do it yourself "
+                "and turn the trainer's off).",
+            diff="""\
+ scaler.scale(loss).backward()
+-scaler.unscale_(opt)
+-torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+ trainer_clip_grad_norm(model, opt, scaler, 1.0)   # unscale_ + clip inside the library
+ scaler.step(opt)
+ scaler.update()""",
+        ),
+        Variant(
+            name="grad_accum",
+            summary="gradient accumulation over 4 micro-steps with unscale_ + clipping on every micro-step",
+            expect=EXPECT,
+            fix="Unscale and clip once, at the accumulation boundary, right before scaler.step() "
+                "(with accelerate: only when accelerator.sync_gradients).",
+            diff="""\
+ for i, (x, y) in enumerate(loader):
+     scaler.scale(loss_fn(model(x), y) / accum).backward()
+-    scaler.unscale_(opt)
+-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+     if (i + 1) % accum == 0:
++        scaler.unscale_(opt)
++        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+         scaler.step(opt)
+         scaler.update()
+         opt.zero_grad()""",
+        ),
+        Variant(
+            name="skip_update",
+            summary="the loop `continue`s past scaler.step/update when the grad norm is non-finite; the next "
+                    "unscale_ raises",
+            expect=EXPECT,
+            fix="Always call scaler.step() and scaler.update(): the scaler already skips the optimizer step "
+                "on inf/NaN grads and lowers the scale.",
+            diff="""\
+ scaler.scale(loss).backward()
+ scaler.unscale_(opt)
+ norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+-if not torch.isfinite(norm):
+-    opt.zero_grad()
+-    continue                                  # stage stays UNSCALED
+ scaler.step(opt)                              # skips the step itself on inf/NaN
+ scaler.update()                               # and halves the scale""",
+        ),
+    ),
+)
+
+
+def _library_clip(model, opt, scaler, max_norm: float):
+    """What a trainer/accelerate ``clip_grad_norm_`` does under fp16: unscale, then clip."""
+    import torch
+
+    scaler.unscale_(opt)
+    return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+
+
+def _run(variant: str, device: str, fixed: bool) -> Observed:
+    import torch
+
+    from . import toy
+
+    model = toy.mlp(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    scaler = toy.scaler(device)
+    accum = 4 if variant == "grad_accum" else 1
+    losses, steps, skipped = [], 0, 0
+    for i in range(8):
+        # skip_update: the first batch overflows fp16 (inputs 1e6), the rest are normal.
+        x, y = toy.batch(device, scale=1e6 if variant == "skip_update" and i == 0 else 1.0)
+        with torch.autocast(device, dtype=torch.float16):
+            loss = toy.mse(model(x), y)
+        scaler.scale(loss / accum).backward()
+        boundary = (i + 1) % accum == 0
+        if variant == "double_clip":
+            if not fixed:
+                scaler.unscale_(opt)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            _library_clip(model, opt, scaler, 1.0)
+        elif variant == "grad_accum" and (boundary or not fixed):
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        elif variant == "skip_update":
+            scaler.unscale_(opt)
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            if not fixed and not torch.isfinite(norm):
+                opt.zero_grad(set_to_none=True)
+                continue
+        losses.append(loss.item())
+        if boundary:
+            before = scaler.get_scale()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad(set_to_none=True)
+            steps += 1
+            skipped += scaler.get_scale() < before
+    finite = [v for v in losses if v == v and abs(v) != float("inf")]
+    return Observed(detail=f"{steps} optimizer steps ({skipped} skipped by the scaler on inf/NaN), "
+                           f"{toy.losses_summary(finite)}, scale {scaler.get_scale():g}",
+                    metrics={"optimizer_steps": steps, "skipped_steps": skipped, "scale": scaler.get_scale()})
+
+
+def bug(variant: str, device: str) -> Observed:
+    return _run(variant, device, fixed=False)
+
+
+def fix(variant: str, device: str) -> Observed:
+    return _run(variant, device, fixed=True)
