@@ -74,7 +74,7 @@ class AmpCheckInput(StrictModel):
 
 
 class Prediction(StrictModel):
-    case: str = Field(description="repro_scaler_bug case")
+    case: str = Field(description="repro_scaler_bug case holding repro_variant (else the failure class)")
     repro_variant: str | None = Field(description="Variant that exercises the same condition (confirm runs it); "
                                                   "null when no repro covers this exact shape")
     confidence: Confidence = Field(description="certain: fails on the first step; likely: fails under the stated "
@@ -132,13 +132,15 @@ def resolve(cfg: AmpCheckInput) -> Setup:
     return Setup(cfg=cfg, trainable=trainable, scaler=scaler, grad=grad, state=state)
 
 
-def _predict(case_name: str, variant: str | None, confidence: Confidence, why: str, condition: str,
-             fix: str | None = None) -> Prediction:
-    case = cases.case(case_name)
-    chosen = case.variant(variant) if variant else None
-    return Prediction(case=case_name, repro_variant=variant, confidence=confidence, failure=case.title, why=why,
-                      condition=condition, fix=fix or (chosen.fix if chosen else case.default.fix),
-                      entry=case.entry_for(chosen) if chosen else case.entry)
+def _predict(failure: str, variant: str | None, confidence: Confidence, why: str, condition: str,
+             fix: str | None = None, failure_text: str | None = None) -> Prediction:
+    """A prediction of failure class ``failure``; ``variant`` may live in another case (the FSDP ones do)."""
+    failure_class = cases.case(failure)
+    repro_case, chosen = cases.find_variant(variant) if variant else (failure_class, None)
+    return Prediction(case=repro_case.name, repro_variant=variant, confidence=confidence,
+                      failure=failure_text or failure_class.title, why=why, condition=condition,
+                      fix=fix or (chosen.fix if chosen else failure_class.default.fix),
+                      entry=repro_case.entry_for(chosen) if chosen else failure_class.entry)
 
 
 def _fp16_unscale(s: Setup) -> Prediction | None:
@@ -193,6 +195,18 @@ def _bf16_adam_dtype(s: Setup) -> Prediction | None:
 
 def _no_inf_checks(s: Setup) -> Prediction | None:
     c = s.cfg
+    if c.optimizer_created == "before_wrapping" and (c.lora or c.fsdp != "none"):
+        variant = "fsdp_opt_before_wrap" if c.fsdp == "fsdp1" else "stale_optimizer"
+        wrapper = "FSDP replaced the params with flat/sharded ones" if c.fsdp != "none" else \
+            "LoRA wrapping froze the base params and added new adapter params"
+        confidence: Confidence = "likely" if c.fsdp == "fsdp2" else "certain"
+        why = f"the optimizer was built before wrapping: {wrapper}, so none of its params get grads"
+        if s.scaler == "none":
+            return _predict("no_inf_checks", variant, confidence, why + "; optimizer.step() updates nothing",
+                            "silently from the first step: the loss never changes",
+                            failure_text="training updates nothing (with a GradScaler: No inf checks were recorded "
+                                    "for this optimizer)")
+        return _predict("no_inf_checks", variant, confidence, why, "first scaler.step()")
     if s.scaler == "none":
         return None
     if not c.any_trainable:
@@ -201,14 +215,7 @@ def _no_inf_checks(s: Setup) -> Prediction | None:
             why += ("; without inputs that require grad the backward fails even earlier ('element 0 of tensors "
                     "does not require grad and does not have a grad_fn')")
         return _predict("no_inf_checks", "all_frozen", "certain", why, "first scaler.step()")
-    if c.optimizer_created == "before_wrapping" and (c.lora or c.fsdp != "none"):
-        variant = "fsdp_opt_before_wrap" if c.fsdp == "fsdp1" else "stale_optimizer"
-        wrapper = "FSDP replaced the params with flat/sharded ones" if c.fsdp != "none" else \
-            "LoRA wrapping froze the base params and added new adapter params"
-        return _predict("no_inf_checks", variant, "likely" if c.fsdp == "fsdp2" else "certain",
-                        f"the optimizer was built before wrapping: {wrapper}, so none of its params get grads",
-                        "first scaler.step()")
-    if c.fsdp == "fsdp1" and s.scaler == "GradScaler":
+    if c.fsdp == "fsdp1" and s.scaler == "GradScaler" and s.grad != "fp16":  # fp16 grads: fp16_unscale says it
         return _predict("no_inf_checks", "fsdp_empty_shard", "possible",
                         "a plain GradScaler under FSDP1 checks only the local shard: a rank whose shard of an "
                         "optimizer's params is empty records no inf check, and ranks can disagree on skipping a step",
