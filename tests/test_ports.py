@@ -22,8 +22,10 @@ import pytest
 
 from remote_gpu_trainer import cli
 from remote_gpu_trainer.models import Verdict
+from remote_gpu_trainer.processes import netlink
+from remote_gpu_trainer.processes.netlink import port_ranges
 from remote_gpu_trainer.processes.ports import bind_test, parse_port_specs
-from remote_gpu_trainer.processes.sockets import decode_address, parse_proc_net
+from remote_gpu_trainer.processes.sockets import decode_address, parse_proc_net, read_sockets
 from remote_gpu_trainer.processes.tool import SPECS
 
 from .conftest import ROOT, call_error, call_ok
@@ -145,6 +147,57 @@ def test_proc_net_rows_are_decoded_and_filtered_by_local_listening_port():
     [v6] = parse_proc_net(PROC_NET_TCP6, "tcp", "ipv6", frozenset({29500}))
     assert (v6.local, v6.family, v6.inode) == ("[::1]:29500", "ipv6", 5151)
     assert parse_proc_net(PROC_NET_TCP, "tcp", "ipv4", frozenset({29501})) == []
+
+
+def test_port_ranges_and_oversized_filters():
+    assert port_ranges([7, 1, 2, 3, 3]) == [(1, 3), (7, 7)]
+    program = netlink.bytecode([(1, 3), (7, 7)], source=True, dest=True)
+    assert len(program) == 4 * 20 - 4  # four tests, three jumps
+    assert netlink.bytecode([]) is None
+    assert netlink.bytecode([(p, p) for p in range(1, 20000, 2)]) is None  # beyond 16-bit jumps: filter in Python
+
+
+def netlink_works() -> bool:
+    try:
+        netlink.dump(socket.AF_INET, socket.IPPROTO_TCP, netlink.TCPF_LISTEN, None)
+        return True
+    except netlink.NetlinkUnavailable:
+        return False
+
+
+@pytest.mark.skipif(not netlink_works(), reason="netlink sock_diag refused here")
+def test_netlink_and_proc_net_see_the_same_sockets(net):
+    a = net.listen("127.0.0.1")
+    b = net.listen("127.0.0.1")
+    ports = [a.port, b.port, b.port + 1]
+    if has_ipv6_loopback():
+        net.listen("::1", a.port)
+    net.connect("127.0.0.1", b.port)
+    with socket.socket(type=socket.SOCK_DGRAM) as udp:
+        udp.bind(("127.0.0.1", 0))
+        ports.append(udp.getsockname()[1])
+
+        def seen(backend, **kw):
+            rows = read_sockets(ports, ("tcp", "udp"), backend=backend, **kw)
+            return sorted((r.proto, r.family, r.local, r.remote or "", r.state, r.uid, r.inode) for r in rows)
+
+        for kw in ({}, {"listening_only": False, "match_remote": True}):
+            assert seen("netlink", **kw) == seen("proc", **kw)
+        assert {r[4] for r in seen("netlink")} == {"LISTEN", "UNCONN"}
+        assert "ESTABLISHED" in {r[4] for r in seen("netlink", listening_only=False, match_remote=True)}
+
+
+def test_proc_net_is_the_fallback_when_netlink_is_refused(net, monkeypatch):
+    holder = net.listen("127.0.0.1")
+
+    def refuse(*_args):
+        raise netlink.NetlinkUnavailable("refused by a test")
+
+    monkeypatch.setattr(netlink, "dump", refuse)
+    [row] = read_sockets([holder.port])
+    assert row.local == f"127.0.0.1:{holder.port}"
+    with pytest.raises(netlink.NetlinkUnavailable):
+        read_sockets([holder.port], backend="netlink")
 
 
 def test_address_decoding_matches_the_kernel_layout():

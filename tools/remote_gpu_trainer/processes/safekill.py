@@ -142,7 +142,8 @@ def assess(candidates: Mapping[int, str], *, policy: Policy, caller: Caller, tab
 
 def safe_kill(candidates: Mapping[int, str], *, dry_run: bool = True, confirm_token: str | None = None,
               signal: Signal = "TERM", grace_s: float = 10.0, policy: Policy = DEFAULT_POLICY,
-              caller: Caller | None = None, progress: Progress = no_progress) -> KillReport:
+              caller: Caller | None = None, table: ProcessTable | None = None,
+              progress: Progress = no_progress) -> KillReport:
     """Dry run (default) or confirmed kill of ``candidates`` (pid → why). See the module docstring.
 
     Raises :class:`InputError` on ``confirm_token`` when a real run has something to signal but no
@@ -150,7 +151,7 @@ def safe_kill(candidates: Mapping[int, str], *, dry_run: bool = True, confirm_to
     report says what changed and carries a fresh token.
     """
     caller = caller or Caller.current()
-    table = ProcessTable.read()
+    table = table or ProcessTable.read()
     rows = assess(candidates, policy=policy, caller=caller, table=table)
     approved = [row.info for row in rows if row.refusal is None and row.info is not None]
     token = make_token(fingerprint(info) for info in approved) if approved else None

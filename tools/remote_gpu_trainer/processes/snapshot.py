@@ -105,7 +105,7 @@ def snapshot_many(pids: Iterable[int]) -> dict[int, ProcInfo | None]:
 class ProcessTable:
     """The parent of every visible process, read once, for ancestor and descendant walks.
 
-    Reading ``ppid`` for all processes costs ~3 ms for ~100 processes; walking it is free. A pid
+    Reading ``ppid`` for all processes costs ~1 ms for ~100 processes; walking it is free. A pid
     that appears later is simply absent, which is what a consistent snapshot should do.
     """
 
@@ -117,11 +117,23 @@ class ProcessTable:
 
     @classmethod
     def read(cls) -> ProcessTable:
+        """One read of /proc/<pid>/stat per process (psutil.process_iter costs three times that)."""
         parent: dict[int, int] = {}
-        for proc in psutil.process_iter(["ppid"]):
-            ppid = proc.info.get("ppid")
-            if ppid is not None:
-                parent[proc.pid] = ppid
+        try:
+            names = os.listdir("/proc")
+        except OSError:
+            names = []
+        for name in names:
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/stat", "rb") as handle:
+                    stat = handle.read()
+                parent[int(name)] = int(stat[stat.rindex(b")") + 2:].split(None, 2)[1])
+            except (OSError, ValueError, IndexError):  # exited meanwhile
+                continue
+        if not parent:  # no /proc (not Linux): psutil knows the platform's way
+            parent = {p.pid: p.info["ppid"] for p in psutil.process_iter(["ppid"]) if p.info.get("ppid") is not None}
         return cls(parent)
 
     def ancestors(self, pid: int) -> list[int]:

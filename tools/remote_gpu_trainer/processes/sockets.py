@@ -1,9 +1,10 @@
-"""Who holds a port: sockets from /proc/net/{tcp,tcp6,udp,udp6}, owners from /proc/<pid>/fd.
+"""Who holds a port: sockets from netlink sock_diag (or /proc/net), owners from /proc/<pid>/fd.
 
 Two passes, so the cost follows the number of *matching* sockets, not of all sockets:
 
-1. Parse the /proc/net tables of the caller's network namespace and keep only rows whose local
-   port (or, for clients, remote port) is wanted: one split and one set lookup per row.
+1. Ask the kernel for the sockets of the caller's network namespace whose local port (or, for
+   clients, remote port) is wanted: netlink sock_diag with a port filter (netlink.py), or, where
+   a sandbox refuses netlink, the /proc/net/{tcp,tcp6,udp,udp6} tables, keeping only matching rows.
 2. Only if something matched, walk /proc/<pid>/fd once, ``readlink`` each entry through a
    directory fd, and keep the pids whose descriptor is ``socket:[<inode>]`` of a matched row.
    Sockets shared by several processes (a parent and the children that inherited it) list them all.
@@ -27,11 +28,15 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+
+from . import netlink
+from .netlink import NetlinkUnavailable
 
 PROC = Path("/proc")
 PROC_NET = PROC / "net"
@@ -124,20 +129,59 @@ def parse_proc_net(data: bytes, proto: Proto, family: Family, ports: frozenset[i
     return found
 
 
+Backend = Literal["auto", "netlink", "proc"]
+
+
 def read_sockets(ports: Iterable[int], protocols: Iterable[Proto] = ("tcp",), *, listening_only: bool = True,
-                 match_remote: bool = False, proc_net: Path = PROC_NET) -> list[SocketEntry]:
-    """Matching sockets from every table of this network namespace; a missing table (no IPv6, no
-    UDP support in a sandbox) is skipped."""
+                 match_remote: bool = False, backend: Backend = "auto", proc_net: Path = PROC_NET
+                 ) -> list[SocketEntry]:
+    """Matching sockets of this network namespace, IPv4 and IPv6.
+
+    ``auto`` asks netlink sock_diag (fast, filtered in the kernel; see netlink.py) and falls back
+    to parsing /proc/net when a sandbox refuses it; ``proc`` forces the fallback (tests, bench).
+    """
     wanted = frozenset(ports)
+    if backend != "proc":
+        try:
+            return _read_netlink(wanted, tuple(protocols), listening_only, match_remote)
+        except NetlinkUnavailable:
+            if backend == "netlink":
+                raise
     found: list[SocketEntry] = []
     for proto in protocols:
         for family in ("ipv4", "ipv6"):
             try:
                 data = (proc_net / TABLES[(proto, family)]).read_bytes()
-            except OSError:
+            except OSError:  # no IPv6 or no UDP table in this sandbox
                 continue
             found += parse_proc_net(data, proto, family, wanted,  # type: ignore[arg-type]
                                     listening_only=listening_only, match_remote=match_remote)
+    return found
+
+
+def _read_netlink(wanted: frozenset[int], protocols: tuple[Proto, ...], listening_only: bool,
+                  match_remote: bool) -> list[SocketEntry]:
+    program = netlink.bytecode(netlink.port_ranges(wanted), source=True, dest=match_remote)
+    found: list[SocketEntry] = []
+    for proto in protocols:
+        number, names = (socket.IPPROTO_TCP, TCP_STATES) if proto == "tcp" else (socket.IPPROTO_UDP, UDP_STATES)
+        states = netlink.ALL_STATES if not listening_only else (
+            netlink.TCPF_LISTEN if proto == "tcp" else netlink.UDP_UNCONNECTED)
+        for family, family_name in ((socket.AF_INET, "ipv4"), (socket.AF_INET6, "ipv6")):
+            try:
+                rows = netlink.dump(family, number, states, program)
+            except netlink.NetlinkUnavailable:
+                if family == socket.AF_INET6 and not socket.has_ipv6:
+                    continue
+                raise
+            for state, laddr, lport, raddr, rport, uid, inode in rows:
+                # The kernel filter already matched; re-check, since an oversized filter is left out.
+                if lport not in wanted and not (match_remote and rport in wanted):
+                    continue
+                found.append(SocketEntry(proto=proto, family=family_name,  # type: ignore[arg-type]
+                                         local_addr=laddr, local_port=lport, remote_addr=raddr, remote_port=rport,
+                                         state=names.get(f"{state:02X}", f"state {state:02X}"), uid=uid,
+                                         inode=inode))
     return found
 
 

@@ -293,7 +293,7 @@ def kill_port_holders(args: KillPortHoldersInput, progress: Progress) -> KillPor
     ports_held = sorted({row.port for row in sockets if row.owner != "kernel"})
     started = time.time()
     report = safe_kill(candidates, dry_run=args.dry_run, confirm_token=args.confirm_token, signal=args.signal,
-                       grace_s=args.grace_s, policy=policy, caller=caller, progress=progress)
+                       grace_s=args.grace_s, policy=policy, caller=caller, table=table, progress=progress)
     after = _after(ports_held, args, started) if report.executed else []
     refs = [REF_PKILL] + ([REF_ORPHANS] if any(t.torchrun_group for t in report.targets) else [])
 
