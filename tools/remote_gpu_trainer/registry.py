@@ -15,6 +15,7 @@ TOOL_MODULES = (
     "remote_gpu_trainer.processes.tool",
     "remote_gpu_trainer.repro.tool",
     "remote_gpu_trainer.health.tool",
+    "remote_gpu_trainer.diagnose",
 )
 
 

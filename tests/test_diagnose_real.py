@@ -1,0 +1,31 @@
+"""diagnose_error against the REAL catalog: every signature finds its own entry, and realistic logs
+reach the right file. While the catalog is being written these list what is still missing."""
+
+from __future__ import annotations
+
+import pytest
+
+from remote_gpu_trainer.catalog import load_catalog
+from remote_gpu_trainer.diagnose import diagnose
+
+from .test_diagnose import CASES, read_log
+
+
+def test_every_signature_routes_its_own_symptom_to_itself():
+    """Issue 7/8: an entry's own Symptom text, pasted as is, puts that entry in the top 3."""
+    entries = [e for e in load_catalog().entries if e.signatures]
+    assert entries, "no entry in the real catalog has a Signature"
+    misses = []
+    for e in entries:
+        top3 = [m.id for m in diagnose(e.symptom_plain, 3).matches]
+        if e.id not in top3:
+            misses.append(f"{e.file}:{e.line} {e.id}: its Symptom ranks {top3 or 'nothing'}")
+    assert not misses, "\n".join(misses) + f"\n{len(misses)} of {len(entries)} entries with a Signature"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["log"] for c in CASES])
+def test_realistic_log_reaches_the_right_file(case):
+    out = diagnose(read_log(case["log"]), 5)
+    ranked = [(m.id, m.file, m.evidence) for m in out.matches]
+    assert out.matches and out.matches[0].file in case["files"], \
+        f"{case['why']}: expected {case['files']}, got {ranked}"

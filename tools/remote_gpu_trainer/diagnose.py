@@ -1,0 +1,670 @@
+"""diagnose_error: match a pasted traceback, log tail or dmesg output against the catalog.
+
+How a log is read
+    ANSI colour codes are dropped, lines split on ``\\n`` and, inside a line, on ``\\r`` (a tqdm bar
+    rewrites itself with ``\\r``, so each redraw and an error printed after it are separate logical
+    lines that keep the physical line number a person's editor shows).
+
+How matches are found
+    1. Signatures. Every entry's regexes are matched line by line, exactly as the lint checks them
+       against the entry's own Symptom. To keep a 1 MB log well under a second, a regex only runs
+       on lines that contain its longest required literal, and only if every whole word it requires
+       occurs in the log at all (a set lookup); see :func:`catalog.compile_signature`.
+    2. Lexical fallback. BM25 over each entry's title, symptom, root cause and fix, queried with the
+       words of the log's error lines (or of the whole text when it is short). When no signature
+       recognised an error line, it fills the remaining slots, labelled ``lexical``: a suggestion,
+       not a recognised error. It also breaks ties between signature matches.
+
+How matches are ranked: the root error before its echoes
+    A crash in distributed training prints one root error and then a cascade: torchrun's
+    ``ChildFailedError`` wrapper, ``Sending process … closing signal SIGTERM`` to the other ranks,
+    NCCL watchdog timeouts on every rank that was waiting for the dead one. Each matching line is
+    classed as *downstream* (one of those known follow-ups), *error* (an error marker such as
+    ``Error``, ``Traceback``, ``Killed``, ``Xid``, ``NCCL WARN``; Python warnings excluded) or
+    *note* (anything else: warnings, info). The earliest error line that any signature matches is
+    taken as the root, because the cascade comes after its cause. Tiers, highest first:
+
+    ======== ===== ==========================================================
+    root     400+  a signature matched the earliest matching error line
+    error    300+  a signature matched another error line
+    downstr. 200+  a signature matched only known follow-up lines
+    note     100+  a signature matched only non-error lines
+    lexical  0–95  no signature matched; BM25 word overlap
+    ======== ===== ==========================================================
+
+    Within a tier (at most +95, so tiers never mix): up to +40 for the matching signature's
+    specificity (fixed characters it demands, capped at 40), +5 per further matching signature
+    (up to +15), up to +40 for BM25 relevance to the log's error lines. Equal scores are ordered
+    by the matching line, then the entry ID, so the output is deterministic.
+
+Context (versions, ranks, GPU model, exit codes, signals, Xid codes) is read with cheap regexes
+from the first and last 256 KiB, where launch banners and final tracebacks are.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from bisect import bisect_right
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache
+from itertools import accumulate
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from .catalog import Catalog, Entry, Signature, fold, load_catalog, plain_text
+from .errors import InputError
+from .models import StrictModel
+from .paths import skill_root
+from .tables import format_table
+from .toolspec import Progress, ToolSpec
+
+MAX_TEXT_CHARS = 4 * 1024 * 1024
+MAX_HITS_PER_SIGNATURE = 200
+CONTEXT_WINDOW = 256 * 1024
+SHOWN_LINE_CHARS = 300
+
+Evidence = Literal["root", "error", "downstream", "note", "lexical"]
+TIER = {"root": 400.0, "error": 300.0, "downstream": 200.0, "note": 100.0}
+
+
+# --------------------------------------------------------------------------------------------
+# Input and output
+
+
+class DiagnoseInput(StrictModel):
+    text: str = Field(
+        description="A pasted traceback, log tail or dmesg lines, as is: rank prefixes, timestamps, "
+        "progress bars and colour codes are fine. Up to 4 MiB of text; pass the end of a longer log.",
+    )
+    max_results: int = Field(5, ge=1, le=25, description="How many ranked matches to return.")
+
+
+class DiagnoseContext(StrictModel):
+    torch_version: str | None = None
+    cuda_version: str | None = Field(None, description="CUDA torch was built with, or the toolkit's (nvcc)")
+    driver_version: str | None = None
+    driver_cuda_version: str | None = Field(None, description="Highest CUDA the driver supports (nvidia-smi)")
+    nccl_version: str | None = None
+    python_version: str | None = None
+    gpu_models: list[str] = Field(default_factory=list)
+    ranks: list[int] = Field(default_factory=list, description="Global ranks named in the text")
+    local_ranks: list[int] = Field(default_factory=list)
+    world_size: int | None = None
+    exit_codes: list[int] = Field(default_factory=list)
+    signals: list[str] = Field(default_factory=list, description="Named or implied by exit codes (-9, 137 → SIGKILL)")
+    xid_codes: list[int] = Field(default_factory=list, description="NVIDIA Xid error codes (dmesg NVRM lines)")
+
+
+class InputLine(StrictModel):
+    line_number: int = Field(description="1-based line number in the input")
+    text: str
+    rank: int | None = Field(None, description="Rank from the line's prefix ([rank3]:, [default3]:)")
+
+
+class Match(StrictModel):
+    id: str = Field(description="Catalog entry ID, e.g. OOM-03")
+    file: str = Field(description="Entry's file relative to the skill root")
+    title: str
+    score: float
+    evidence: Evidence = Field(description="root: matched the earliest matching error line (likely cause); "
+                               "error: another error line; downstream: only known follow-up lines "
+                               "(torchrun wrapper, NCCL watchdog); note: only non-error lines; lexical: no "
+                               "signature matched, ranked by word overlap (a suggestion)")
+    line: InputLine | None = Field(None, description="The input line that matched")
+    signature: str | None = Field(None, description="The regex that matched (null for lexical matches)")
+    matched_lines: int = Field(0, description="How many input lines the entry's signatures matched")
+    short_fix: str = Field(description="The entry's minimal fix (first sentence of its Fix)")
+    tool_call: str | None = Field(None, description="Tool call that checks or reproduces it, from the entry")
+
+
+class DiagnoseOutput(StrictModel):
+    summary: str
+    matches: list[Match]
+    first_error: InputLine | None = Field(None, description="Earliest exception or fatal line in the input, "
+                                          "whether or not the catalog knows it")
+    context: DiagnoseContext
+    lines_scanned: int
+    catalog_entries: int
+
+
+# --------------------------------------------------------------------------------------------
+# Line classes
+
+
+@cache
+def _patterns() -> dict[str, re.Pattern[str]]:
+    """Compiled on first use so importing the server costs nothing."""
+    return {
+        "ansi": re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"),
+        # Lines that report a failure rather than cause it: torchrun's failure summary, the SIGTERM it
+        # sends the surviving ranks, and the NCCL watchdog tearing down ranks that waited for a dead one.
+        "downstream": re.compile(
+            r"ChildFailedError|Sending process \d+ closing signal|Watchdog caught collective operation timeout"
+            r"|ran for \d+ milliseconds before timing out|Some NCCL operations have failed or timed out"
+            r"|taking the entire process down|watchdog thread terminated|communicator was aborted"
+            r"|Heartbeat monitor timed out|watchdog got stuck|failed \(exitcode: -?\d+\) local_rank"
+            r"|^\s*exitcode\s*: -?\d+ \(pid|^\s*traceback\s*: Signal \d+|Received \S*SIGTERM death signal", re.I),
+        "error": re.compile(
+            r"error|exception|traceback|fatal|fail|killed|abort|segmentation fault|core dumped|\bxid\b"
+            r"|out of memory|\boom\b|panic|timed out|timeout|refused|denied|cannot|can't|unable to|no such"
+            r"|not found|illegal|invalid|broken pipe|assert|\bnan\b|signal \d|\bSIG[A-Z]{3,4}\b"
+            r"|exit ?code|exit status|\bWARN\b|no space left", re.I),
+        "warning": re.compile(r"\b(?:[A-Z]\w*)?Warning\b"),
+        "hard_error": re.compile(r"Error|Exception|Traceback|FATAL|Killed"),
+        # The head of a Python exception message, or a line that is fatal on its own.
+        "exception": re.compile(
+            r"^\s*(?:\[(?:rank|default)\d+\]:\s*)?(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt)\b"
+            r"(?::|\s*$)|Segmentation fault|^\s*Killed\s*$|NVRM: Xid|NCCL WARN|\bFATAL\b|Killed process \d+"
+            r"|core dumped|\bBus error\b|^\s*(?:ERROR|FATAL|CRITICAL):"),
+        "rank": re.compile(r"\[(?:rank|default)(\d+)\]|\[Rank (\d+)\]"),
+        "frame": re.compile(r"^\s*(?:\[(?:rank|default)\d+\]:)?\s*File \".*\", line \d+"),
+        "token": re.compile(r"[a-z0-9_]{2,}"),
+    }
+
+
+def classify(line: str) -> str:
+    """downstream, error or note (see the module docstring)."""
+    p = _patterns()
+    if p["downstream"].search(line):
+        return "downstream"
+    if p["error"].search(line) and not (p["warning"].search(line) and not p["hard_error"].search(line)):
+        return "error"
+    return "note"
+
+
+# --------------------------------------------------------------------------------------------
+# The prepared input
+
+
+class _Text:
+    """The input split into logical lines, with a folded copy for literal prefilters."""
+
+    def __init__(self, raw: str):
+        text = _patterns()["ansi"].sub("", raw) if "\x1b" in raw else raw
+        text = text.replace("\r\n", "\n")
+        physical = text.split("\n")
+        if "\r" in text:
+            self.lines: list[str] = []
+            self.numbers: list[int] | None = []
+            for number, line in enumerate(physical, 1):
+                for part in line.split("\r"):
+                    if part.strip() or "\r" not in line:
+                        self.lines.append(part)
+                        self.numbers.append(number)
+        else:
+            self.lines, self.numbers = physical, None
+        self.physical_lines = len(physical)
+        self.folded = fold("\n".join(self.lines))
+        # Line starts in the folded text (folding non-ASCII text can change lengths, not newlines).
+        self.starts = [0, *accumulate(len(x) + 1 for x in self.folded.split("\n"))][:-1]
+        self._words: set[str] | None = None
+        self._joined: tuple[str, list[int]] | None = None
+        self._classes: dict[int, str] = {}
+
+    @property
+    def joined(self) -> tuple[str, list[int]]:
+        """The logical lines joined by newlines, and each line's start offset in it."""
+        if self._joined is None:
+            self._joined = ("\n".join(self.lines), [0, *accumulate(len(x) + 1 for x in self.lines)][:-1])
+        return self._joined
+
+    @property
+    def words(self) -> set[str]:
+        if self._words is None:
+            self._words = set(re.split(r"[^a-z0-9_]+", self.folded))
+        return self._words
+
+    def number(self, index: int) -> int:
+        return self.numbers[index] if self.numbers is not None else index + 1
+
+    def line_class(self, index: int) -> str:
+        """classify(), except that a line continuing an exception's message (``\tMissing key(s)
+        in state_dict`` under ``RuntimeError: Error(s) in loading state_dict``) is an error line and
+        the source line a traceback quotes under ``File "…", line N`` is not."""
+        if index not in self._classes:
+            kind = classify(self.lines[index])
+            if index and _patterns()["frame"].search(self.lines[index - 1]):
+                kind = "note"  # source code a traceback quotes (raise ValueError("…")), not the error
+            elif kind == "note" and self._continues_exception(index):
+                kind = "error"
+            self._classes[index] = kind
+        return self._classes[index]
+
+    def _continues_exception(self, index: int, reach: int = 8) -> bool:
+        pattern = _patterns()["exception"]
+        for back in range(index - 1, max(-1, index - 1 - reach), -1):
+            line = self.lines[back]
+            if not line.strip():
+                return False
+            if pattern.search(line):
+                return classify(line) != "downstream"
+        return False
+
+    def lines_containing(self, needle: str) -> Iterable[int]:
+        """Indexes of lines whose folded text contains ``needle``, in order, each once."""
+        pos = self.folded.find(needle)
+        while pos >= 0:
+            index = bisect_right(self.starts, pos) - 1
+            yield index
+            nxt = self.starts[index + 1] if index + 1 < len(self.starts) else len(self.folded)
+            pos = self.folded.find(needle, nxt)
+
+    def input_line(self, index: int) -> InputLine:
+        text = self.lines[index].strip()
+        if len(text) > SHOWN_LINE_CHARS:
+            text = text[: SHOWN_LINE_CHARS - 1] + "…"
+        rank = _patterns()["rank"].search(self.lines[index])
+        return InputLine(line_number=self.number(index), text=text,
+                         rank=int(rank.group(1) or rank.group(2)) if rank else None)
+
+
+# --------------------------------------------------------------------------------------------
+# Signature scan
+
+
+@dataclass
+class ScanStats:
+    """What the scan did, for tests and the benchmark to check the prefilter really prefilters."""
+
+    signatures: int = 0
+    skipped_by_prefilter: int = 0
+    regex_calls: int = 0
+
+
+Hits = dict[int, list[tuple[int, Signature]]]
+
+
+def scan_signatures(catalog: Catalog, text: _Text, stats: ScanStats | None = None) -> Hits:
+    """Entry index → [(line index, signature)] for every signature hit, lines ascending."""
+    stats = stats or ScanStats()
+    hits: dict[int, list[tuple[int, Signature]]] = {}
+    for entry_index, sig in _index(catalog).signatures:
+        stats.signatures += 1
+        if (sig.words and not sig.words <= text.words) or (sig.needles and sig.needles[0] not in text.folded):
+            stats.skipped_by_prefilter += 1
+            continue
+        found: list[int] = []
+        if sig.spans_lines:  # may match across lines: search the whole text, report the first line
+            stats.regex_calls += 1
+            joined, starts = text.joined
+            for m in sig.regex.finditer(joined):
+                index = bisect_right(starts, m.start()) - 1
+                if not found or found[-1] != index:
+                    found.append(index)
+                if len(found) >= MAX_HITS_PER_SIGNATURE:
+                    break
+        else:  # a match lies inside one line: only lines holding the longest required literal
+            candidates = text.lines_containing(sig.needles[0]) if sig.needles else range(len(text.lines))
+            for index in candidates:
+                stats.regex_calls += 1
+                if sig.regex.search(text.lines[index]):
+                    found.append(index)
+                    if len(found) >= MAX_HITS_PER_SIGNATURE:
+                        break
+        if found:
+            hits.setdefault(entry_index, []).extend((index, sig) for index in found)
+    for entry_hits in hits.values():
+        entry_hits.sort(key=lambda h: h[0])
+    return hits
+
+
+# --------------------------------------------------------------------------------------------
+# Lexical index (BM25)
+
+_STOPWORDS = frozenset(re.split(
+    r"\s+",
+    "the and for with that this from are was were not but you your can its has have had into when then than "
+    "all any one two use using used via per out off only also more most some such each which what where while "
+    "will would could should may might must does did done just like get got set see run runs ran been being "
+    "how why who them they their there here over under about after before again same other these those because "
+    "every both few own very too it is in of to on at by as or be if no so an do up we",
+))
+
+
+class BM25:
+    """Okapi BM25 (k1=1.2, b=0.75) with per-document term weights precomputed, so a query costs
+    one dictionary lookup per distinct query word."""
+
+    def __init__(self, docs: list[Counter[str]], k1: float = 1.2, b: float = 0.75):
+        self.n = len(docs)
+        lengths = [sum(d.values()) for d in docs]
+        average = (sum(lengths) / self.n) if self.n else 1.0
+        df = Counter(term for d in docs for term in d)
+        self.idf = {t: math.log(1 + (self.n - c + 0.5) / (c + 0.5)) for t, c in df.items()}
+        self.postings: dict[str, list[tuple[int, float]]] = {}
+        for i, (doc, length) in enumerate(zip(docs, lengths, strict=True)):
+            norm = k1 * (1 - b + b * length / (average or 1.0))
+            for term, tf in doc.items():
+                self.postings.setdefault(term, []).append((i, self.idf[term] * tf * (k1 + 1) / (tf + norm)))
+
+    def scores(self, terms: Iterable[str]) -> tuple[list[float], list[int]]:
+        """Scores per document, and how many distinct query terms each document contains."""
+        scores = [0.0] * self.n
+        matched = [0] * self.n
+        for term in set(terms):
+            for doc, weight in self.postings.get(term, ()):
+                scores[doc] += weight
+                matched[doc] += 1
+        return scores, matched
+
+
+def tokens(text: str) -> list[str]:
+    return [t for t in _patterns()["token"].findall(fold(text)) if t not in _STOPWORDS]
+
+
+@dataclass(frozen=True)
+class _Index:
+    signatures: tuple[tuple[int, Signature], ...]
+    bm25: BM25
+    doc_terms: tuple[frozenset[str], ...]
+
+
+_index_lock = threading.Lock()
+
+
+def _index(catalog: Catalog) -> _Index:
+    """Built once per parsed catalog (a catalog edit makes a new Catalog, hence a new index)."""
+    with _index_lock:
+        built = catalog.derived.get("diagnose")
+        if built is None:
+            docs = []
+            for e in catalog.entries:
+                words = tokens(" ".join([e.title, e.title, e.group or "", e.symptom_plain, e.symptom_plain,
+                                         plain_text(e.root_cause), plain_text(e.fix)]))
+                docs.append(Counter(words))
+            sigs = tuple((i, s) for i, e in enumerate(catalog.entries) for s in e.signatures)
+            built = _Index(sigs, BM25(docs), tuple(frozenset(d) for d in docs))
+            catalog.derived["diagnose"] = built
+        return built
+
+
+def _query_lines(text: _Text) -> list[int]:
+    """Lines whose words form the lexical query: all of a short input; otherwise the error lines
+    (the last 200, where a crash is) plus the last 20 lines."""
+    n = len(text.lines)
+    if n <= 50:
+        return [i for i in range(n) if text.lines[i].strip()]
+    found: set[int] = set()
+    for marker in ("error", "exception", "traceback", "fatal", "fail", "killed", "warn", "xid", "abort",
+                   "timed out", "out of memory", "refused", "denied", "no such", "not found"):
+        found.update(text.lines_containing(marker))
+    errors = sorted(i for i in found if text.line_class(i) == "error")[-200:]
+    tail = [i for i in range(max(0, n - 20), n) if text.lines[i].strip()]
+    return sorted(set(errors) | set(tail))
+
+
+def _first_error(text: _Text) -> int | None:
+    """Earliest exception or fatal line that is not a known follow-up, or None."""
+    found: set[int] = set()
+    markers = ("error", "exception", "interrupt", "segmentation fault", "killed", "nvrm: xid", "nccl warn", "fatal")
+    for marker in markers:
+        found.update(text.lines_containing(marker))
+    pattern = _patterns()["exception"]
+    for index in sorted(found):
+        if pattern.search(text.lines[index]) and text.line_class(index) != "downstream":
+            return index
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Ranking
+
+
+def _best_line(text: _Text, lines: list[int], terms: frozenset[str], bm25: BM25) -> int | None:
+    best, best_score = None, 0.0
+    for index in lines:
+        score = sum(bm25.idf.get(t, 0.0) for t in set(tokens(text.lines[index])) & terms)
+        if score > best_score:
+            best, best_score = index, score
+    return best
+
+
+def rank_matches(catalog: Catalog, text: _Text, max_results: int) -> list[Match]:
+    index = _index(catalog)
+    hits = scan_signatures(catalog, text)
+    query_lines = _query_lines(text)
+    query = [t for i in query_lines for t in tokens(text.lines[i])]
+    lexical, overlap = index.bm25.scores(query)
+    top_lexical = max(lexical, default=0.0) or 1.0
+    error_hits = [i for entry_hits in hits.values() for i, _ in entry_hits if text.line_class(i) == "error"]
+    root_line = min(error_hits) if error_hits else None
+
+    matches: list[tuple[float, int, str, Match]] = []
+    for entry_index, entry_hits in hits.items():
+        e = catalog.entries[entry_index]
+        classes = [(i, sig, text.line_class(i)) for i, sig in entry_hits]
+        if any(i == root_line for i, _, _ in classes):
+            evidence, chosen = "root", next((i, s) for i, s, _ in classes if i == root_line)
+        else:
+            evidence = next(c for c in ("error", "downstream", "note") if any(k == c for _, _, k in classes))
+            chosen = next((i, s) for i, s, k in classes if k == evidence)
+        distinct = len({s.pattern for _, s in entry_hits})
+        score = (TIER[evidence] + 40 * min(chosen[1].literal_chars, 40) / 40 + 5 * min(distinct - 1, 3)
+                 + 40 * lexical[entry_index] / top_lexical)
+        matches.append((round(score, 2), chosen[0], e.id,
+                        _match(e, score, evidence, text.input_line(chosen[0]), chosen[1].pattern,
+                               len({i for i, _ in entry_hits}))))
+    matches.sort(key=lambda m: (-m[0], m[1], m[2]))
+    result = [m[3] for m in matches[:max_results]]
+
+    # Lexical suggestions only when no signature recognised an error line: next to a recognised
+    # error they are noise, but when only a wrapper or nothing matched they point somewhere useful.
+    if len(result) < max_results and not any(m.evidence in ("root", "error") for m in result):
+        seen = {m.id for m in result}
+        order = sorted(range(len(catalog.entries)), key=lambda i: (-lexical[i], catalog.entries[i].id))
+        for i in order:
+            if len(result) >= max_results or lexical[i] < 0.3 * top_lexical or not overlap[i]:
+                break
+            e = catalog.entries[i]
+            if e.id in seen:
+                continue
+            line = _best_line(text, query_lines, index.doc_terms[i], index.bm25)
+            result.append(_match(e, 95 * lexical[i] / top_lexical, "lexical",
+                                 text.input_line(line) if line is not None else None, None, 0))
+    return result
+
+
+def _match(e: Entry, score: float, evidence: str, line: InputLine | None, signature: str | None,
+           matched_lines: int) -> Match:
+    return Match(id=e.id, file=e.file, title=e.title, score=round(score, 2), evidence=evidence, line=line,
+                 signature=signature, matched_lines=matched_lines, short_fix=e.short_fix, tool_call=e.tool_call)
+
+
+# --------------------------------------------------------------------------------------------
+# Context
+
+
+@cache
+def _context_patterns() -> dict[str, list[re.Pattern[str]]]:
+    v = r"(\d+\.\d+(?:\.\d+)?)"
+    return {key: [re.compile(p) for p in pats] for key, pats in {
+        "torch_version": [r"PyTorch version:\s*(\d+\.\d+\.\d+\S*)",
+                          r"\btorch(?:==|-|\s+version\s*[:=]?\s*|\.__version__\W*|\s+)"
+                          r"(\d+\.\d+\.\d+(?:\+[a-z0-9.]+|(?:a|b|rc|\.dev)\d+)*)"],
+        "cuda_version": [r"CUDA used to build PyTorch:\s*(\d+\.\d+)", r"Cuda compilation tools, release (\d+\.\d+)",
+                         r"torch\.version\.cuda\W*(\d+\.\d+)", r"\d\+cu(\d{3})\b"],
+        "driver_version": [r"Driver Version:\s*" + v, r"[Dd]river version:\s*" + v, r"Kernel Module\s+" + v],
+        "driver_cuda_version": [r"CUDA Version:\s*(\d+\.\d+)"],
+        "nccl_version": [r"NCCL version:?\s*(\d+\.\d+\.\d+)", r"nccl[\w-]*(?:==|\s+)(\d+\.\d+\.\d+)"],
+        "python_version": [r"Python version:\s*(3\.\d+(?:\.\d+)?)", r"\bPython (3\.\d+(?:\.\d+)?)\b",
+                           r"/python(3\.\d+)/"],
+        "gpu_models": [r"\b((?:NVIDIA|Tesla|Quadro)(?: (?:GeForce|RTX|Quadro|TITAN))* (?:[A-Z]{1,3}\d{1,4}[A-Z]?|\d{4})"
+                       r"(?:[- ](?:Ti|SUPER|Ada Generation|Ada|SXM\d?|PCIE|PCIe|NVL|HBM\de?|\d+GB))*)\b"],
+        "ranks": [r"\[(?:rank|default)(\d+)\]", r"\[Rank (\d+)\]", r"\b(?:global )?rank\s*[:=]\s*(\d+)",
+                  r"\bRANK=(\d+)"],
+        "local_ranks": [r"\blocal_rank\s*[:=]\s*(\d+)", r"\bLOCAL_RANK=(\d+)"],
+        "world_size": [r"\bworld[_ ]size\s*[:=]?\s*(\d+)", r"\bWORLD_SIZE=(\d+)", r"\bn[Rr]anks (\d+)"],
+        "exit_codes": [r"\bexitcode\s*:\s*(-?\d+)", r"\bexit (?:code|status)[:= ]+(-?\d+)",
+                       r"exited with (?:exit )?code (-?\d+)", r"non-zero exit status (-?\d+)"],
+        "signals": [r"\b(SIG(?:KILL|TERM|SEGV|BUS|ABRT|HUP|INT|ILL|FPE|PIPE|USR1|USR2|XCPU))\b"],
+        # What a shell or PyTorch prints instead of the signal's name.
+        "SIGSEGV": [r"(Segmentation fault)"], "SIGBUS": [r"(Bus error)"], "SIGKILL": [r"(?m)^\s*(Killed)\s*$"],
+        "SIGABRT": [r"(Aborted \(core dumped\))"],
+        "xid_codes": [r"\bXid \([^)]*\): (\d+)"],
+    }.items()}
+
+
+_SIGNAL_NAMES = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL",
+                 11: "SIGSEGV", 13: "SIGPIPE", 15: "SIGTERM"}
+
+
+def extract_context(text: str) -> DiagnoseContext:
+    """Versions, ranks, GPU models, exit codes, signals and Xid codes named in ``text``."""
+    if len(text) > 2 * CONTEXT_WINDOW:
+        text = text[:CONTEXT_WINDOW] + "\n" + text[-CONTEXT_WINDOW:]
+    pats = _context_patterns()
+
+    def first(key: str) -> str | None:
+        for pattern in pats[key]:
+            m = pattern.search(text)
+            if m:
+                return m.group(1)
+        return None
+
+    def every(key: str) -> list[str]:
+        return [m.group(1) for p in pats[key] for m in p.finditer(text)]
+
+    cuda = first("cuda_version")
+    if cuda and "." not in cuda:  # +cu121 → 12.1
+        cuda = f"{cuda[:-1]}.{cuda[-1]}"
+    exit_codes = sorted({int(x) for x in every("exit_codes")})[:16]
+    signals = set(every("signals")) | {name for name in ("SIGSEGV", "SIGBUS", "SIGKILL", "SIGABRT") if first(name)}
+    for code in exit_codes:
+        number = -code if code < 0 else code - 128 if 128 < code < 160 else None
+        if number in _SIGNAL_NAMES:
+            signals.add(_SIGNAL_NAMES[number])
+    ints = lambda key: sorted({int(x) for x in every(key)})  # noqa: E731
+    world = ints("world_size")
+    return DiagnoseContext(
+        torch_version=first("torch_version"), cuda_version=cuda, driver_version=first("driver_version"),
+        driver_cuda_version=first("driver_cuda_version"), nccl_version=first("nccl_version"),
+        python_version=first("python_version"),
+        gpu_models=sorted(dict.fromkeys(m.strip() for m in every("gpu_models")))[:8],
+        ranks=ints("ranks")[:64], local_ranks=ints("local_ranks")[:64], world_size=max(world) if world else None,
+        exit_codes=exit_codes, signals=sorted(signals), xid_codes=ints("xid_codes")[:16],
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The tool
+
+
+def diagnose(text: str, max_results: int = 5, root: Path | None = None) -> DiagnoseOutput:
+    """Rank catalog entries for ``text``; see the module docstring for how."""
+    if len(text) > MAX_TEXT_CHARS:
+        raise InputError("text", f"is {len(text):,} characters; the limit is {MAX_TEXT_CHARS:,} (4 MiB). Pass the "
+                         "end of the log, e.g. `tail -c 1000000 train.log | rgt diagnose`")
+    if not text.strip():
+        raise InputError("text", "is empty: paste the traceback, log tail or dmesg lines")
+    catalog = load_catalog(root or skill_root())
+    prepared = _Text(text)
+    matches = rank_matches(catalog, prepared, max_results)
+    first_error = _first_error(prepared)
+    return DiagnoseOutput(
+        summary=_summary(catalog, matches, prepared, first_error),
+        matches=matches,
+        first_error=prepared.input_line(first_error) if first_error is not None else None,
+        context=extract_context(text),
+        lines_scanned=len(prepared.lines),
+        catalog_entries=len(catalog.entries),
+    )
+
+
+def _summary(catalog: Catalog, matches: list[Match], text: _Text, first_error: int | None) -> str:
+    if not catalog.entries:
+        return f"The catalog under {catalog.root} has no entries, so nothing can be recognised."
+    recognised = [m for m in matches if m.evidence != "lexical"]
+    first = f" The first error in the input is line {text.number(first_error)}." if first_error is not None else ""
+    if not recognised:
+        if matches:
+            return (f"No signature matched; {len(matches)} entr{'y' if len(matches) == 1 else 'ies'} ranked by word "
+                    f"overlap (suggestions, check them against the log).{first}")
+        return f"Nothing in the catalog matches this text.{first}"
+    top = recognised[0]
+    where = f"line {top.line.line_number}" + (f" (rank {top.line.rank})" if top.line and top.line.rank is not None
+                                             else "") if top.line else "the input"
+    lead = {
+        "root": f"{top.id} matches the earliest recognised error, at {where}.",
+        "error": f"{top.id} matches an error at {where}.",
+        "downstream": f"Only follow-up lines matched ({top.id} at {where}): if no rank printed its own error "
+                      "above them, the hang or wrapper itself is the problem.",
+        "note": f"Only non-error lines matched ({top.id} at {where}).",
+    }[top.evidence]
+    others = len(recognised) - 1
+    return lead + (f" {others} more signature match{'es' if others != 1 else ''}." if others else "") + first
+
+
+def render(out: DiagnoseOutput) -> str:
+    if not out.matches:
+        body = "no matches"
+    else:
+        rows = [[n, m.id, f"{m.score:.1f}", m.evidence, m.line.line_number if m.line else "-", m.file]
+                for n, m in enumerate(out.matches, 1)]
+        blocks = [format_table(["#", "entry", "score", "evidence", "line", "file"], rows)]
+        for n, m in enumerate(out.matches, 1):
+            detail = [f"{n}. {m.id} — {m.title}"]
+            if m.line:
+                detail.append(f"   matched: {m.line.text}")
+            detail.append(f"   fix:     {m.short_fix}")
+            if m.tool_call:
+                detail.append(f"   check:   {m.tool_call}")
+            blocks.append("\n".join(detail))
+        body = "\n\n".join(blocks)
+    c = out.context
+    facts = [
+        f"torch {c.torch_version}" if c.torch_version else "", f"CUDA {c.cuda_version}" if c.cuda_version else "",
+        f"driver {c.driver_version}" if c.driver_version else "", f"NCCL {c.nccl_version}" if c.nccl_version else "",
+        f"Python {c.python_version}" if c.python_version else "", ", ".join(c.gpu_models),
+        f"ranks {_ranges(c.ranks)}" if c.ranks else "", f"world size {c.world_size}" if c.world_size else "",
+        f"exit codes {', '.join(map(str, c.exit_codes))}" if c.exit_codes else "", " ".join(c.signals),
+        f"Xid {', '.join(map(str, c.xid_codes))}" if c.xid_codes else "",
+    ]
+    context = " · ".join(f for f in facts if f) or "nothing recognised"
+    first = f"\nfirst error: line {out.first_error.line_number}: {out.first_error.text}" if out.first_error else ""
+    return f"{out.summary}\n\n{body}\n\ncontext: {context}{first}\n({out.lines_scanned} lines, " \
+           f"{out.catalog_entries} catalog entries)"
+
+
+def _ranges(values: list[int]) -> str:
+    """[0, 1, 2, 3, 7] → '0-3, 7'."""
+    runs: list[list[int]] = []
+    for v in values:
+        if runs and runs[-1][1] == v - 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def _run(args: DiagnoseInput, progress: Progress) -> DiagnoseOutput:
+    return diagnose(args.text, args.max_results)
+
+
+SPECS = [
+    ToolSpec(
+        name="diagnose_error",
+        cli="diagnose",
+        title="Diagnose an error from a traceback or log",
+        description=(
+            "Match a pasted traceback, log tail or dmesg output against the skill's troubleshooting "
+            "catalog. Returns ranked entries (ID, file, the input line that matched, the minimal fix, "
+            "the tool call that confirms it), the first error line, and context read from the text "
+            "(torch/CUDA/NCCL/driver/Python versions, ranks, GPU model, exit codes, signals, Xid). The "
+            "root error ranks above its cascade (torchrun ChildFailedError, NCCL watchdog timeouts). "
+            "Call it on any error text before answering; read the matched entry for the full fix. "
+            "Offline and read-only: it never runs anything on the machine."
+        ),
+        input_model=DiagnoseInput,
+        output_model=DiagnoseOutput,
+        run=_run,
+        read_only=True,
+        render_text=render,
+        cli_file_field="text",
+    )
+]
