@@ -531,3 +531,13 @@ def test_real_torchrun_agent_and_workers_are_one_group(net, tmp_path):
     assert done.verdict is Verdict.PASS, done.summary
     assert all(gone(pid) for pid in by_pid)
     agent.wait(timeout=30)
+
+
+def test_catalog_references_exist():
+    from remote_gpu_trainer.processes import tool
+
+    refs = [value for name, value in vars(tool).items() if name.startswith("REF_")]
+    assert len(refs) == 4
+    for ref in refs:
+        text = (ROOT / ref.file).read_text()
+        assert f"### {ref.id} " in text, f"{ref.file} has no entry {ref.id}"

@@ -45,6 +45,8 @@ from .safety import Caller, Policy, refusal
 from .snapshot import ProcessTable, ProcInfo, snapshot
 from .sockets import Proto, SocketEntry
 
+REF_EADDRINUSE = EntryRef(file="references/training/distributed-launch.md", id="DIST-02")
+REF_PARALLEL_PORTS = EntryRef(file="references/parallel_ablation.md", id="PAR-02")
 REF_PKILL = EntryRef(file="references/gotchas_universal.md", id="GOT-08")
 REF_ORPHANS = EntryRef(file="references/gotchas_universal.md", id="GOT-06")
 MAX_PID = 4_194_304  # PID_MAX_LIMIT on 64-bit Linux
@@ -295,7 +297,7 @@ def kill_port_holders(args: KillPortHoldersInput, progress: Progress) -> KillPor
     report = safe_kill(candidates, dry_run=args.dry_run, confirm_token=args.confirm_token, signal=args.signal,
                        grace_s=args.grace_s, policy=policy, caller=caller, table=table, progress=progress)
     after = _after(ports_held, args, started) if report.executed else []
-    refs = [REF_PKILL] + ([REF_ORPHANS] if any(t.torchrun_group for t in report.targets) else [])
+    refs = [REF_EADDRINUSE, REF_PKILL] + ([REF_ORPHANS] if any(t.torchrun_group for t in report.targets) else [])
 
     base = dict(dry_run=args.dry_run, signal=args.signal, grace_s=args.grace_s, ports_checked=len(ports),
                 ports_held=ports_held, sockets=sockets, targets=report.targets, skipped=skipped,
@@ -430,8 +432,9 @@ def launch_advice(port: int) -> list[LaunchAdvice]:
                      "identical in every node's command."),
         LaunchAdvice(launcher="python + init_process_group(init_method='env://')", use=f"MASTER_PORT={port}",
                      note="set in the environment of every rank (rank 0 listens)."),
-        LaunchAdvice(launcher="accelerate launch", use=f"--main_process_port {port}", note="or main_process_port in "
-                     "the accelerate config file."),
+        LaunchAdvice(launcher="accelerate launch", use=f"--main_process_port {port}",
+                     note="or main_process_port in the accelerate config; on a single node --main_process_port 0 "
+                     "lets accelerate pick a free port."),
         LaunchAdvice(launcher="deepspeed", use=f"--master_port {port}", note="deepspeed's launcher defaults to 29500."),
     ]
 
@@ -451,7 +454,7 @@ def port_status(args: PortStatusInput, progress: Progress) -> PortStatusResult:
     progress(1, 2, "searching for a free port")
     suggested = port if free and not ephemeral else suggest_free_port(port, args.search_span)
     advice = launch_advice(suggested if suggested is not None else port)
-    refs = [REF_PKILL]
+    refs = [REF_EADDRINUSE, REF_PARALLEL_PORTS]
     if free:
         verdict = Verdict.WARN if ephemeral else Verdict.PASS
         summary = f"Port {port} is free"
