@@ -527,8 +527,10 @@ def test_real_torchrun_agent_and_workers_are_one_group(net, tmp_path):
     assert len(workers) == 2
     assert all(by_pid[pid].torchrun_group == agent.pid for pid in by_pid)
     assert [t.pid for t in result.targets][-1] == agent.pid  # workers first
+    assert all(by_pid[pid].why == f"worker in the torchrun tree of pid {agent.pid}" for pid in workers)
     done = kill(ports=[port], dry_run=False, confirm_token=result.confirm_token, grace_s=30)
     assert done.verdict is Verdict.PASS, done.summary
+    assert {t.torchrun_group for t in done.targets} == {agent.pid}  # described before the kill
     assert all(gone(pid) for pid in by_pid)
     agent.wait(timeout=30)
 

@@ -41,7 +41,7 @@ from .fingerprint import check_token, fingerprint, make_token
 from .launchers import find_launcher, launcher_kind
 from .safety import DEFAULT_POLICY, Caller, Policy, Refusal, refusal
 from .snapshot import STOPPED, ZOMBIE, ProcessTable, ProcInfo, snapshot
-from .terminate import terminate
+from .terminate import Outcome, terminate
 
 Signal = Literal["TERM", "KILL"]
 Action = Literal["would_signal", "signalled", "refused", "not_signalled"]
@@ -156,7 +156,10 @@ def safe_kill(candidates: Mapping[int, str], *, dry_run: bool = True, confirm_to
     approved = [row.info for row in rows if row.refusal is None and row.info is not None]
     token = make_token(fingerprint(info) for info in approved) if approved else None
 
-    def build(action_for_ok: Action, outcomes: Mapping[int, object] | None = None) -> list[KillTarget]:
+    # Described before any signal: a dead launcher's command line can no longer be read.
+    bases = {row.pid: process_row(row.info, table) for row in rows if row.info is not None}
+
+    def build(action_for_ok: Action, outcomes: Mapping[int, Outcome] | None = None) -> list[KillTarget]:
         targets = []
         for row in rows:
             info, why = row.info, row.why
@@ -165,7 +168,7 @@ def safe_kill(candidates: Mapping[int, str], *, dry_run: bool = True, confirm_to
                                           status="gone", why=why, action="refused", refusal="gone",
                                           detail="the process no longer exists"))
                 continue
-            base = process_row(info, table)
+            base = bases[row.pid]
             if row.refusal is not None:
                 targets.append(KillTarget(**base, why=why, action="refused", refusal=row.refusal.code,
                                           detail=row.refusal.detail))
@@ -173,8 +176,8 @@ def safe_kill(candidates: Mapping[int, str], *, dry_run: bool = True, confirm_to
             outcome = outcomes.get(row.pid) if outcomes else None
             detail = "stopped (suspended): SIGCONT follows the SIGTERM so it can exit" if info.status in STOPPED else ""
             targets.append(KillTarget(**base, why=why, action=action_for_ok,
-                                      outcome=getattr(outcome, "code", None),
-                                      detail=getattr(outcome, "detail", None) or detail))
+                                      outcome=outcome.code if outcome else None,
+                                      detail=outcome.detail if outcome else detail))
         return targets
 
     if dry_run or not approved:

@@ -27,7 +27,7 @@ from ..models import EntryRef, StrictModel, Verdict
 from ..tables import format_table
 from ..toolspec import Progress, ToolSpec
 from .fingerprint import parse_token
-from .launchers import find_launcher
+from .launchers import find_launcher, launcher_kind
 from .ports import (
     PORT_SPEC_HELP,
     PortScan,
@@ -42,7 +42,7 @@ from .ports import (
 )
 from .safekill import KillTarget, ProcessRow, Signal, process_row, safe_kill
 from .safety import Caller, Policy, refusal
-from .snapshot import ProcessTable, ProcInfo, snapshot
+from .snapshot import ProcessTable, ProcInfo, read_cmdline, snapshot
 from .sockets import Proto, SocketEntry
 
 REF_EADDRINUSE = EntryRef(file="references/training/distributed-launch.md", id="DIST-02")
@@ -233,13 +233,21 @@ def _candidates(scan: PortScan, args: KillPortHoldersInput, ports: set[int], cal
         if refusal(info, caller, policy) is None:
             expand_from.append(pid)
     for holder in expand_from:
-        launcher = find_launcher(holder, table)
-        if launcher is not None and launcher != holder and refusal(snapshot(launcher), caller, policy) is None:
-            candidates.setdefault(launcher, f"launcher of holder {holder}: its workers would be orphaned or respawned")
-            for pid in table.descendants(launcher):
-                candidates.setdefault(pid, f"in the launcher tree of pid {launcher} (holder {holder})")
-        for pid in table.descendants(holder):
-            candidates.setdefault(pid, f"child of holder {holder}")
+        # The tree to stop: the launcher's whole tree when the holder runs under one (and the launcher
+        # itself may be signalled), else the holder's own descendants.
+        root = find_launcher(holder, table)
+        if root is not None and root != holder and refusal(snapshot(root), caller, policy) is not None:
+            root = None
+        if root is not None and root != holder:
+            candidates.setdefault(root, f"launcher of holder {holder}: stopping only the holder would orphan "
+                                        "or respawn its workers")
+        if root is not None:
+            kind = launcher_kind(read_cmdline(root)) or "launcher"
+            for pid in table.descendants(root):
+                candidates.setdefault(pid, f"worker in the {kind} tree of pid {root}")
+        else:
+            for pid in table.descendants(holder):
+                candidates.setdefault(pid, f"child of holder {holder}")
     return candidates, skipped
 
 
@@ -329,14 +337,9 @@ def kill_port_holders(args: KillPortHoldersInput, progress: Progress) -> KillPor
         return KillPortHoldersResult(**base, verdict=verdict, summary=summary, next_step=step)
 
     # Dry run (or a real run with nothing it may signal).
-    blocked = []
-    for row in sockets:
-        if row.owner == "kernel":
-            continue
-        approved = {t.pid for t in would}
-        if row.owner == "invisible" or not set(row.pids) <= approved:
-            blocked.append(row.port)
-    blocked = sorted(set(blocked))
+    approved = {t.pid for t in would}
+    blocked = sorted({row.port for row in sockets
+                      if row.owner == "invisible" or (row.owner == "visible" and not set(row.pids) <= approved)})
     verdict = Verdict.FAIL if blocked else Verdict.WARN
     held_text = ", ".join(str(p) for p in ports_held[:10]) + (" ..." if len(ports_held) > 10 else "")
     if args.dry_run:
