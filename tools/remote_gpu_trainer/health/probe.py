@@ -161,7 +161,9 @@ def _vbios_check(snapshots: Sequence[GpuSnapshot]) -> Check:
                  threshold=threshold, explanation="same VBIOS on every GPU of a model")
 
 
-def _kernel_log_check(log: KernelLog, unmatched: list[XidEvent], uptime_s: float | None) -> Check:
+def _kernel_log_check(log: KernelLog, unmatched: list[XidEvent], uptime_s: float | None, partial: bool) -> Check:
+    """XIDs that match no probed GPU. With ``partial`` (only some GPUs selected) they may belong to a
+    GPU the caller deliberately left out, so they warn instead of failing the selection."""
     threshold = "readable; no critical XID outside the probed GPUs"
     if not log.readable:
         return Check(name="xid_kernel_log", verdict=Verdict.UNKNOWN, observed="unreadable", threshold=threshold,
@@ -171,6 +173,8 @@ def _kernel_log_check(log: KernelLog, unmatched: list[XidEvent], uptime_s: float
         return Check(name="xid_kernel_log", verdict=Verdict.PASS, observed=f"{len(log.xids)} XID line(s) via "
                      f"{log.source}", threshold=threshold, explanation="XIDs of each GPU are judged in its xid check")
     verdict, observed, why, entry = C.xid_summary(unmatched, uptime_s)
+    if partial and verdict is Verdict.FAIL:
+        verdict = Verdict.WARN
     devices = ", ".join(sorted({e.device for e in unmatched}))
     return Check(name="xid_kernel_log", verdict=verdict, observed=f"{observed} on {devices}", threshold=threshold,
                  explanation=f"{why}; logged for a device that matches no probed GPU (one that dropped off the bus, "
@@ -306,7 +310,7 @@ def probe(backend: NvmlBackend, *, expect_gpus: int | None = None, indices: list
     host = [Check(name="nvml_driver", verdict=Verdict.PASS, observed=versions, threshold="NVML initialises",
                   explanation="NVML and the kernel driver agree"),
             _count_check(count, expect_gpus), _vbios_check(list(snapshots.values())),
-            _kernel_log_check(log, unmatched, uptime)]
+            _kernel_log_check(log, unmatched, uptime, partial=len(selected) < count)]
     if indices:
         notes.append(f"only GPU(s) {', '.join(map(str, selected))} of {count} were probed")
     verdict = worst([c.verdict for c in host] + [g.verdict for g in gpus])

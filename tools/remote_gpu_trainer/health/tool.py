@@ -64,6 +64,12 @@ def reap_vram_zombies(args: ReapInput, progress: Progress) -> ZombieReport:
 # --- rendering ------------------------------------------------------------------------------------
 
 
+def _fake_banner(backend: str) -> list[str]:
+    if not backend.startswith("fake:"):
+        return []
+    return [f"!! FAKE NVML scenario '{backend.removeprefix('fake:')}' ({FAKE_ENV}): not this machine's state"]
+
+
 def _entry(check: Check) -> str:
     return f"  → {check.entry.file}#{check.entry.id}" if check.entry else ""
 
@@ -81,8 +87,7 @@ def render_health(report: HealthReport) -> str:
     facts += [f"{report.gpus_found} GPU(s)", *(["container"] if report.in_container else []),
               f"{report.elapsed_s:.2f} s" + (f" (window {report.sample_s:g} s)" if report.sample_s else "")]
     lines.append(" · ".join(facts))
-    if report.backend.startswith("fake:"):
-        lines.append(f"!! FAKE NVML scenario '{report.backend[5:]}' ({FAKE_ENV}): not this machine's state")
+    lines += _fake_banner(report.backend)
     if report.gpus:
         rows = []
         for gpu in report.gpus:
@@ -112,8 +117,7 @@ def render_health(report: HealthReport) -> str:
 def render_zombies(report: ZombieReport) -> str:
     head = f"{report.verdict.value}  {report.summary}"
     parts = [f"DRY RUN (nothing signalled)\n{head}" if report.dry_run else head]
-    if report.backend.startswith("fake:"):
-        parts.append(f"!! FAKE NVML scenario '{report.backend[5:]}' ({FAKE_ENV}): not this machine's state")
+    parts += _fake_banner(report.backend)
     if report.holders:
         parts.append(format_table(
             ["gpu", "pid", "kind", "vram", "user", "age", "nvml", "candidate", "command"],

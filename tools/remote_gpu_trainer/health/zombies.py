@@ -22,13 +22,9 @@ from ..processes.safekill import KillReport, Signal, safe_kill
 from ..tables import gib
 from ..toolspec import Progress, no_progress
 from .backend import GpuProcesses, Memory, NvmlBackend
+from .checks import E_HANG, E_NAMESPACED, E_ORPHANS, E_PKILL
 from .holders import Holder, HolderClass, LocalProcesses, ProcessSource, classify
 from .probe import EXIT_FAIL, EXIT_NO_GPU, EXIT_OK, select_indices
-
-REF_ORPHANS = EntryRef(file="references/gotchas_universal.md", id="GOT-06")
-REF_NAMESPACED = EntryRef(file="references/gotchas_universal.md", id="GOT-07")
-REF_PKILL = EntryRef(file="references/gotchas_universal.md", id="GOT-08")
-REF_HANG = EntryRef(file="references/gotchas_universal.md", id="GOT-23")
 
 
 class HolderRow(StrictModel):
@@ -146,7 +142,7 @@ def reap(args: ReapInput, backend: NvmlBackend, *, processes: ProcessSource | No
     ``kill_step`` is ``safe_kill``; None skips it (a fake scenario's pids are not this machine's).
     """
     source = processes or LocalProcesses()
-    refs = [REF_ORPHANS, REF_PKILL]
+    refs = [E_ORPHANS, E_PKILL]
     status = backend.open(args.timeout_s)
     base = dict(dry_run=args.dry_run, backend=backend.name, in_container=source.in_container(), references=refs)
     if not status.ok:
@@ -179,9 +175,9 @@ def reap(args: ReapInput, backend: NvmlBackend, *, processes: ProcessSource | No
         after = _used(_read_all(backend, list(before), args.timeout_s, notes))
         memory = [GpuMemoryRow(gpu=i, used_bytes_before=before[i], used_bytes_after=after.get(i)) for i in before]
     if any(h.cls in (HolderClass.NAMESPACED, HolderClass.PHANTOM) for h in result.holders):
-        refs.append(REF_NAMESPACED)
+        refs.append(E_NAMESPACED)
     if any(h.cls is HolderClass.UNINTERRUPTIBLE for h in result.holders):
-        refs.append(REF_HANG)
+        refs.append(E_HANG)
     return _judge(args, base, count, rows, kill, memory, notes, offered=len(candidates))
 
 

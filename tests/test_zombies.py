@@ -1,0 +1,290 @@
+"""reap_vram_zombies: classification rules on hand-made processes, then the real thing on real processes.
+
+Real processes cannot open /dev/nvidia*, so they open stand-in files and the /proc scan is pointed
+at them (``device_prefix``); everything else (psutil, /proc, the safe-kill step) is the real code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from remote_gpu_trainer.errors import InputError
+from remote_gpu_trainer.health.backend import GpuProcess, GpuProcesses, Memory
+from remote_gpu_trainer.health.fakes import OK_STATUS, SCENARIOS, FakeBackend, FakeProcesses, h100, proc
+from remote_gpu_trainer.health.holders import (
+    DeviceUse,
+    HolderClass,
+    LocalProcesses,
+    classify,
+    parent_gone,
+    scan_device_holders,
+)
+from remote_gpu_trainer.health.zombies import ReapInput, reap
+from remote_gpu_trainer.models import Verdict
+
+GIB = 1 << 30
+
+
+# --- classification rules on hand-made processes ---------------------------------------------------
+
+
+def _gpus(scenario_name: str) -> tuple[list[GpuProcesses], FakeProcesses]:
+    scenario = SCENARIOS[scenario_name]()
+    return [scenario.backend.read_processes(i) for i in range(len(scenario.backend.gpus))], scenario.processes
+
+
+def by_pid(result) -> dict[int, object]:
+    return {h.pid: h for h in result.holders}
+
+
+def test_every_class_in_the_mixed_scenario():
+    gpus, source = _gpus("zombie-orphan-namespaced")
+    holders = by_pid(classify(gpus, source))
+    assert holders[1001].cls is HolderClass.ACTIVE and not holders[1001].candidate
+    assert holders[2001].cls is HolderClass.ORPHAN and holders[2001].candidate
+    assert holders[2002].cls is HolderClass.ACTIVE and holders[2002].candidate  # the orphan's DataLoader worker
+    assert "descendant of orphan 2001" in holders[2002].reason
+    assert holders[3001].cls is HolderClass.ZOMBIE and "pid 1000 (torchrun)" in holders[3001].remedy
+    assert holders[4001].cls is HolderClass.UNINTERRUPTIBLE and "reboot" in holders[4001].remedy
+    assert holders[884422].cls is HolderClass.NAMESPACED and holders[884422].local_holders == (5005,)
+    assert holders[771133].cls is HolderClass.PHANTOM and "nvidia-smi -r -i 4" in holders[771133].remedy
+    assert holders[0xFFFFFFFF].cls is HolderClass.INVALID_PID
+    local = holders[5005]
+    assert not local.nvml_listed and local.cls is HolderClass.ORPHAN and local.candidate
+    assert {h.pid for h in holders.values() if h.candidate} == {2001, 2002, 5005}
+
+
+def _one(pid_info, *, holders=None, container=False, pgids=None, units=None, my_uid=1000, unreadable=frozenset(),
+         minor=0, listed=True):
+    """Classify a single process NVML lists on GPU 0 (or only holding its device file)."""
+    procs = {1: proc(1, 0, "/sbin/init", uid=0, sid=1), 2000: proc(2000, 1, "bash", sid=2000), pid_info.pid: pid_info}
+    if holders is None:
+        holders = {pid_info.pid: DeviceUse(frozenset({minor}), True)}
+    source = FakeProcesses(procs=procs, pgids={1: 1, 2000: 2000, **(pgids or {})}, units=units or {}, holders=holders,
+                           container=container, my_uid=my_uid, unreadable=unreadable)
+    processes = (GpuProcess(pid_info.pid, 2 * GIB, ("compute",)),) if listed else ()
+    gpu = GpuProcesses(index=0, uuid="GPU-0", minor=0, memory=Memory(80 * GIB, 2 * GIB, None), processes=processes)
+    return classify([gpu], source).holders
+
+
+def orphan_info(**changes):
+    return dataclasses.replace(proc(3000, 1, "python train.py", sid=2990), **changes)
+
+
+def test_orphan_needs_evidence_that_its_launcher_is_gone():
+    assert _one(orphan_info(), pgids={3000: 2990})[0].cls is HolderClass.ORPHAN
+    # started by a systemd unit: systemd is its real parent
+    assert _one(orphan_info(), pgids={3000: 2990}, units={3000: "train.service"})[0].cls is HolderClass.ACTIVE
+    # detached on purpose (setsid / daemon): leads its own session
+    assert _one(orphan_info(sid=3000), pgids={3000: 3000})[0].cls is HolderClass.ACTIVE
+    # started by PID 1 itself (a container entrypoint script): same process group as its parent
+    assert _one(orphan_info(), pgids={3000: 1})[0].cls is HolderClass.ACTIVE
+    # a live, ordinary parent
+    assert _one(orphan_info(ppid=2000), pgids={3000: 2990})[0].cls is HolderClass.ACTIVE
+
+
+def test_candidate_rules():
+    assert _one(orphan_info(), pgids={3000: 2990})[0].candidate
+    other = _one(orphan_info(uid=1001), pgids={3000: 2990})[0]
+    assert not other.candidate and "another user" in other.reason
+    young = _one(orphan_info(create_time=1_000_000.0 - 5), pgids={3000: 2990})[0]
+    assert not young.candidate and "min_age_s" in young.reason
+    hidden = _one(orphan_info(), pgids={3000: 2990}, holders={}, unreadable=frozenset({3000}))[0]
+    assert hidden.holds_device is None and not hidden.candidate and "not proven" in hidden.reason
+
+
+def test_local_holder_without_a_cuda_context_is_not_a_candidate():
+    holders = _one(orphan_info(), pgids={3000: 2990}, holders={3000: DeviceUse(frozenset({0}), False)}, listed=False)
+    assert holders[0].cls is HolderClass.ORPHAN and not holders[0].nvml_listed
+    assert not holders[0].candidate and "no CUDA context" in holders[0].reason
+
+
+def test_in_a_container_a_coincidental_local_pid_is_not_the_nvml_process():
+    # NVML lists host pid 3000; locally pid 3000 is some unrelated process that holds no GPU file.
+    holders = _one(orphan_info(), pgids={3000: 2990}, container=True, holders={})
+    assert holders[0].cls is HolderClass.PHANTOM and "different process" in holders[0].reason
+    assert "restart the pod" in holders[0].remedy and not holders[0].candidate
+
+
+# --- real processes --------------------------------------------------------------------------------
+
+HOLDER = "import sys, time; files = [open(p, 'rb') for p in sys.argv[1:]]; print('ready', flush=True); time.sleep(120)"
+PARENT_OF_HOLDER = (  # a training rank holding the GPU, with a DataLoader-like child that holds it too
+    "import subprocess, sys, time; files = [open(p, 'rb') for p in sys.argv[2:]]; "
+    "c = subprocess.Popen([sys.executable, '-c', sys.argv[1], *sys.argv[2:]], stdout=subprocess.DEVNULL); "
+    "time.sleep(120)"
+)
+LAUNCHER = (  # starts a holder (optionally with its own holder child) and exits at once, orphaning it
+    "import subprocess, sys; "
+    "c = subprocess.Popen([sys.executable, '-c', sys.argv[1], *sys.argv[2:]], stdout=subprocess.DEVNULL, "
+    "stderr=subprocess.DEVNULL); print(c.pid, flush=True)"
+)
+
+
+@pytest.fixture
+def devices(tmp_path: Path) -> Path:
+    for name in ("nvidia0", "nvidia1", "nvidia-uvm", "nvidiactl"):
+        (tmp_path / name).write_bytes(b"")
+    return tmp_path
+
+
+@pytest.fixture
+def cleanup():
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _wait(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.02)
+
+
+def _holds(pid: int, path: Path) -> bool:
+    try:
+        return any(f.path == str(path) for f in psutil.Process(pid).open_files())
+    except psutil.Error:
+        return False
+
+
+def spawn_orphan(devices: Path, cleanup: list[int], *, with_child: bool = False) -> tuple[int, int | None]:
+    """A holder whose launcher (a session leader, like a shell job) has exited: a real orphan."""
+    files = [str(devices / "nvidia0"), str(devices / "nvidia-uvm")]
+    code, args = (PARENT_OF_HOLDER, [HOLDER, *files]) if with_child else (HOLDER, files)
+    out = subprocess.run([sys.executable, "-c", LAUNCHER, code, *args], capture_output=True, text=True, timeout=30,
+                         start_new_session=True)
+    pid = int(out.stdout.split()[0])
+    cleanup.append(pid)
+    child = None
+    _wait(lambda: psutil.pid_exists(pid) and psutil.Process(pid).ppid() != 0)
+    if with_child:
+        _wait(lambda: bool(psutil.Process(pid).children()))
+        child = psutil.Process(pid).children()[0].pid
+        cleanup.append(child)
+        _wait(lambda: _holds(child, devices / "nvidia0"))
+    else:
+        _wait(lambda: _holds(pid, devices / "nvidia0"))
+    return pid, child
+
+
+def _adopter_is_known(pid: int) -> bool:
+    parent = psutil.Process(psutil.Process(pid).ppid())
+    from remote_gpu_trainer.health.holders import ADOPTERS
+
+    return parent.pid == 1 or parent.name() in ADOPTERS
+
+
+def backend_listing(*pids: int) -> FakeBackend:
+    """Fake NVML that lists real pids on GPU 0 (minor 0)."""
+    procs = tuple(GpuProcess(pid, GIB, ("compute",)) for pid in pids)
+    status = dataclasses.replace(OK_STATUS, device_count=1)
+    return FakeBackend("real-processes", status, [h100(0, processes=procs, memory=Memory(80 * GIB, len(pids) * GIB,
+                                                                                         None))])
+
+
+def test_device_scan_finds_real_holders(devices, cleanup):
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(devices / "nvidia1"), str(devices / "nvidia-uvm")],
+                              stdout=subprocess.PIPE, text=True)
+    cleanup.append(holder.pid)
+    assert holder.stdout.readline().strip() == "ready"
+    scan = scan_device_holders(prefix=str(devices / "nvidia"))
+    assert scan.holders[holder.pid] == DeviceUse(frozenset({1}), True)
+    assert os.getpid() not in scan.holders
+    holder.kill()
+    holder.wait()
+
+
+def test_real_orphan_is_detected_and_a_live_child_is_active(devices, cleanup):
+    orphan, _ = spawn_orphan(devices, cleanup)
+    if not _adopter_is_known(orphan):
+        pytest.skip(f"orphans here are adopted by an unknown subreaper ({psutil.Process(orphan).parent().name()})")
+    active = subprocess.Popen([sys.executable, "-c", HOLDER, str(devices / "nvidia0"), str(devices / "nvidia-uvm")],
+                              stdout=subprocess.PIPE, text=True)
+    cleanup.append(active.pid)
+    assert active.stdout.readline().strip() == "ready"
+    source = LocalProcesses(device_prefix=str(devices / "nvidia"))
+    gone, why = parent_gone(source.info(orphan), source)
+    assert gone and "launched it has exited" in why
+    result = classify([backend_listing(orphan, active.pid).read_processes(0)], source, min_age_s=0)
+    holders = by_pid(result)
+    assert holders[orphan].cls is HolderClass.ORPHAN and holders[orphan].holds_device is True
+    assert holders[orphan].candidate
+    assert holders[active.pid].cls is HolderClass.ACTIVE and not holders[active.pid].candidate
+    active.kill()
+    active.wait()
+
+
+def test_real_zombie(devices):
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        _wait(lambda: psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE)
+        source = LocalProcesses(device_prefix=str(devices / "nvidia"))
+        holder = classify([backend_listing(child.pid).read_processes(0)], source).holders[0]
+        assert holder.cls is HolderClass.ZOMBIE and f"parent pid {os.getpid()}" in holder.remedy
+        assert not holder.candidate
+    finally:
+        child.wait()
+
+
+def test_reap_end_to_end_dry_run_then_confirmed_kill(devices, cleanup):
+    orphan, worker = spawn_orphan(devices, cleanup, with_child=True)
+    if not _adopter_is_known(orphan):
+        pytest.skip("orphans here are adopted by an unknown subreaper")
+    backend = backend_listing(orphan, worker)
+    source = LocalProcesses(device_prefix=str(devices / "nvidia"))
+    dry = reap(ReapInput(min_age_s=0), backend, processes=source)
+    assert dry.dry_run and dry.verdict is Verdict.WARN and dry.exit_code == 0
+    targets = {t.pid: t for t in dry.kill.targets}
+    assert set(targets) == {orphan, worker}
+    assert all(t.action == "would_signal" for t in targets.values())
+    assert dry.confirm_token and "--confirm-token" in dry.next_step
+    assert psutil.pid_exists(orphan) and psutil.pid_exists(worker)  # a dry run signals nothing
+
+    with pytest.raises(InputError) as missing:
+        reap(ReapInput(dry_run=False, min_age_s=0), backend, processes=LocalProcesses(str(devices / "nvidia")))
+    assert missing.value.field == "confirm_token"
+
+    done = reap(ReapInput(dry_run=False, confirm_token=dry.confirm_token, grace_s=5, min_age_s=0), backend,
+                processes=LocalProcesses(device_prefix=str(devices / "nvidia")))
+    assert done.verdict is Verdict.PASS and done.exit_code == 0, done.summary
+    outcomes = {t.pid: t.outcome for t in done.kill.targets}
+    assert outcomes == {orphan: "exited_after_term", worker: "exited_after_term"}
+    order = [t.pid for t in done.kill.targets]
+    assert order.index(worker) < order.index(orphan)  # children first
+    _wait(lambda: not psutil.pid_exists(worker) or psutil.Process(worker).status() == psutil.STATUS_ZOMBIE)
+
+
+def test_reap_refuses_a_token_for_other_processes(devices, cleanup):
+    first, _ = spawn_orphan(devices, cleanup)
+    if not _adopter_is_known(first):
+        pytest.skip("orphans here are adopted by an unknown subreaper")
+    token = reap(ReapInput(min_age_s=0), backend_listing(first),
+                 processes=LocalProcesses(str(devices / "nvidia"))).confirm_token
+    second, _ = spawn_orphan(devices, cleanup)
+    result = reap(ReapInput(dry_run=False, confirm_token=token, min_age_s=0), backend_listing(second),
+                  processes=LocalProcesses(str(devices / "nvidia")))
+    assert result.verdict is Verdict.FAIL and result.exit_code == 1
+    assert "not in the dry run" in result.summary
+    assert psutil.pid_exists(second) and psutil.Process(second).status() != psutil.STATUS_ZOMBIE
+
+
+def test_young_orphans_are_left_alone(devices, cleanup):
+    orphan, _ = spawn_orphan(devices, cleanup)
+    result = reap(ReapInput(min_age_s=3600), backend_listing(orphan), processes=LocalProcesses(str(devices / "nvidia")))
+    assert result.kill is None and not any(h.candidate for h in result.holders)
