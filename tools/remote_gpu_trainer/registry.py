@@ -16,6 +16,7 @@ TOOL_MODULES = (
     "remote_gpu_trainer.repro.tool",
     "remote_gpu_trainer.health.tool",
     "remote_gpu_trainer.diagnose",
+    "remote_gpu_trainer.providers",
 )
 
 
