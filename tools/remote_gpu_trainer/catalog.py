@@ -213,7 +213,9 @@ def code_spans(text: str) -> list[tuple[str, int, int]]:
     """CommonMark code spans in ``text`` as (content, start, end). A run of n backticks opens a span
     that only a run of exactly n closes; newlines inside become spaces; one padding space is
     stripped from each side when both are present (so ``` `` a`b `` ``` holds ``a`b``)."""
-    spans = []
+    spans: list[tuple[str, int, int]] = []
+    if "`" not in text:
+        return spans
     i, n = 0, len(text)
     while i < n:
         ch = text[i]
@@ -571,6 +573,10 @@ class _FileParser:
         self.anchors.add(f"{slug}-{seen}" if seen else slug)
 
     def _collect_links(self, draft: _Draft | None, lineno: int, line: str) -> None:
+        if "<a " in line or "<A " in line:
+            self.anchors.update(a.lower() for a in _HTML_ANCHOR.findall(line))
+        if "](" not in line and "]:" not in line:
+            return
         visible = _blank_code_spans(line)
         targets = [m.group("target") for m in _INLINE_LINK.finditer(visible)]
         ref = _REF_DEFINITION.match(visible)
@@ -578,7 +584,6 @@ class _FileParser:
             targets.append(ref.group("target"))
         owner = draft.id if draft and not draft.broken else None
         self.links += [Link(self.rel, lineno, t, owner) for t in targets if t and not _SCHEME.match(t)]
-        self.anchors.update(a.lower() for a in _HTML_ANCHOR.findall(line))
 
     def _heading(self, level: int, line: str, text: str, lineno: int, group: str | None) -> _Draft | None:
         """Start an entry for a valid entry heading; report headings that try to be one and fail."""
