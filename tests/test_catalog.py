@@ -233,6 +233,8 @@ def test_code_spans(text, expected):
      "Export the variable: `export NCCL_P2P_DISABLE=1`"),
     ("```python\nmodel = model.float()\n```\nthen retry", "model = model.float()"),
     ("1. Lower the batch. Then more.\n2. Second", "Lower the batch."),
+    ("Pick by where it failed:\n- at load → OOM-02,\n  OOM-07;\n- at step 2 → OOM-03",
+     "Pick by where it failed: at load → OOM-02, OOM-07;"),
     ("x" * 400, "x" * 299 + "…"),
 ])
 def test_short_fix_is_the_first_sentence(fix, short):

@@ -112,7 +112,10 @@ def test_deterministic():
 def test_unknown_error_is_named_as_the_first_error():
     out = diagnose(read_log("unknown_error_wrapped.log"), 5, FIXTURE)
     assert out.first_error.text == "[rank0]: KeyError: 'labels'" and out.first_error.rank == 0
-    assert "first error in the input is line 4" in out.summary
+    assert out.summary.endswith("The first error in the input, line 4, matched no signature: [rank0]: KeyError: "
+                                "'labels'")
+    # When a signature did recognise the first error, the summary does not repeat it.
+    assert "first error" not in diagnose(read_log("oom_rank3_cascade.log"), 5, FIXTURE).summary
 
 
 def test_nothing_recognised():
@@ -257,7 +260,7 @@ def test_cli_reads_stdin_and_prints_a_table(fixture_root, capsys, monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO(read_log("unscale_fp16.log")))
     assert cli.main(["diagnose", "--max-results", "2"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("AMP-02 matches the earliest recognised error, at line 11.")
+    assert out.startswith("AMP-02 matches the earliest recognised error, at line 11. 1 more signature match.\n")
     assert "fix:     Keep parameters in fp32" in out and "context: Python 3.10" in out
 
 
@@ -266,3 +269,27 @@ def test_cli_rejects_an_oversized_file(fixture_root, capsys, tmp_path):
     big.write_text("x" * (MAX_TEXT_CHARS + 10))
     assert cli.main(["diagnose", str(big)]) == cli.EXIT_INPUT_ERROR
     assert "text: is 4,194,314 characters" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("line", "kind"), [
+    ("[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.91 GiB.", "error"),
+    ("[rank0]:[E1105 14:16:31.123 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation timeout: "
+     "WorkNCCL(SeqNum=1893, OpType=ALLREDUCE) ran for 600041 milliseconds before timing out.", "downstream"),
+    ("[rank0]:[E1105 ProcessGroupNCCL.cpp:1785] [PG ID 0 Rank 0] Exception (either an error or timeout) detected by "
+     "watchdog at work: 1893", "downstream"),
+    ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", "downstream"),
+    ("W1105 14:16:32.017000 140213 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 3412 closing "
+     "signal SIGTERM", "downstream"),
+    ("E0901 22:11:47.201000 api.py:869] failed (exitcode: -9) local_rank: 0 (pid: 3321) of binary: /usr/bin/python",
+     "downstream"),
+    ("  traceback : Signal 9 (SIGKILL) received by PID 3321", "downstream"),
+    ("[Sun Sep  1 22:11:46 2024] Out of memory: Killed process 3321 (python) total-vm:183510204kB", "error"),
+    ("node-1:2210:2397 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 172.17.0.1<40129> failed",
+     "error"),
+    ("/workspace/train.py:58: FutureWarning: `torch.cuda.amp.GradScaler(args...)` is deprecated.", "note"),
+    ("UserWarning: TypedStorage is deprecated. It will be removed in the future and UntypedStorage will be the only "
+     "storage class.", "note"),
+    ("2024-11-05 14:02:19,310 INFO train.py:91 step=10 loss=2.31", "note"),
+])
+def test_line_classes(line, kind):
+    assert diag.classify(line) == kind

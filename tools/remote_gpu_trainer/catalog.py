@@ -15,6 +15,7 @@ Run ``python -m remote_gpu_trainer.catalog [FILE...]`` to lint the skill (or som
 from __future__ import annotations
 
 import ast
+import itertools
 import re
 import threading
 import unicodedata
@@ -274,8 +275,9 @@ _ABBREVIATIONS = re.compile(r"(?:\be\.g|\bi\.e|\betc|\bvs|\bcf|\bapprox|\bNo)\.$
 
 def first_sentence(markdown: str, limit: int = 300) -> str:
     """The first sentence of the first paragraph, never cut inside a code span. A lead-in that
-    ends with ':' before a code block ("Set the allocator option:") gets the block's first line;
-    a field that opens with a code block gives that line. Shortened with '…' past ``limit``."""
+    ends with ':' gets what it introduces: the first line of a code block ("Set the allocator
+    option: `export …`") or the first item of a list; a field that opens with a code block gives
+    that line. Shortened with '…' past ``limit``."""
     lines = markdown.strip().splitlines()
     end = 0
     while end < len(lines) and lines[end].strip() and not _FENCE.match(lines[end]) \
@@ -287,17 +289,21 @@ def first_sentence(markdown: str, limit: int = 300) -> str:
         if not any(s < m.end() <= e for s, e in spans) and not _ABBREVIATIONS.search(text[: m.end()]):
             return _shorten(text[: m.end()], limit)
     if not text or text.endswith(":"):
-        code = _first_code_line(lines[end:])
-        text = f"{text} `{code}`" if text and code else text or code
+        code, item = _introduced(lines[end:])
+        text = f"{text} `{code}`" if text and code else f"{text} {item}" if text and item else text or code
     return _shorten(text, limit)
 
 
-def _first_code_line(lines: list[str]) -> str:
-    """First non-empty line inside the first fenced block of ``lines`` (skipping blank lines)."""
-    it = iter(ln for ln in lines if ln.strip())
-    if not _FENCE.match(next(it, "")):
-        return ""
-    return next((ln.strip() for ln in it if not _FENCE.match(ln)), "")
+def _introduced(lines: list[str]) -> tuple[str, str]:
+    """(first code line, first list item) of the block that follows a lead-in; one of them empty."""
+    rest = [ln for ln in lines if ln.strip()]
+    if rest and _FENCE.match(rest[0]):
+        return next((ln.strip() for ln in rest[1:] if not _FENCE.match(ln)), ""), ""
+    if rest and _BULLET.match(rest[0]):
+        item = [_BULLET.sub("", rest[0], count=1).strip()]
+        item += [ln.strip() for ln in itertools.takewhile(lambda ln: ln[:1] in (" ", "\t"), rest[1:])]
+        return "", " ".join(item)
+    return "", ""
 
 
 def _shorten(text: str, limit: int) -> str:

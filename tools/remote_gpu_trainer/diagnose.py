@@ -149,7 +149,8 @@ def _patterns() -> dict[str, re.Pattern[str]]:
             r"ChildFailedError|Sending process \d+ closing signal|Watchdog caught collective operation timeout"
             r"|ran for \d+ milliseconds before timing out|Some NCCL operations have failed or timed out"
             r"|taking the entire process down|watchdog thread terminated|communicator was aborted"
-            r"|Heartbeat monitor timed out|watchdog got stuck|failed \(exitcode: -?\d+\) local_rank"
+            r"|Heartbeat monitor timed out|watchdog got stuck|detected by watchdog|Timeout at NCCL work"
+            r"|failed \(exitcode: -?\d+\) local_rank"
             r"|^\s*exitcode\s*: -?\d+ \(pid|^\s*traceback\s*: Signal \d+|Received \S*SIGTERM death signal", re.I),
         "error": re.compile(
             r"error|exception|traceback|fatal|fail|killed|abort|segmentation fault|core dumped|\bxid\b"
@@ -627,18 +628,26 @@ def diagnose(text: str, max_results: int = 5, root: Path | None = None) -> Diagn
 
 
 def _summary(catalog: Catalog, matches: list[Match], text: _Text, first_error: int | None) -> str:
+    """One or two sentences an agent can act on: what matched where, and the first error in the
+    input when no signature recognised it (the likely root cause the catalog does not know)."""
     if not catalog.entries:
         return f"The catalog under {catalog.root} has no entries, so nothing can be recognised."
     recognised = [m for m in matches if m.evidence != "lexical"]
-    first = f" The first error in the input is line {text.number(first_error)}." if first_error is not None else ""
+    first = ""
+    if first_error is not None:
+        number = text.number(first_error)
+        if number not in {m.line.line_number for m in recognised if m.line}:
+            first = (f" The first error in the input, line {number}, matched no signature: "
+                     f"{text.input_line(first_error).text[:160]}")
     if not recognised:
         if matches:
             return (f"No signature matched; {len(matches)} entr{'y' if len(matches) == 1 else 'ies'} ranked by word "
-                    f"overlap (suggestions, check them against the log).{first}")
+                    f"overlap (suggestions: check them against the log).{first}")
         return f"Nothing in the catalog matches this text.{first}"
     top = recognised[0]
-    where = f"line {top.line.line_number}" + (f" (rank {top.line.rank})" if top.line and top.line.rank is not None
-                                             else "") if top.line else "the input"
+    where = "the input"
+    if top.line:
+        where = f"line {top.line.line_number}" + (f" (rank {top.line.rank})" if top.line.rank is not None else "")
     lead = {
         "root": f"{top.id} matches the earliest recognised error, at {where}.",
         "error": f"{top.id} matches an error at {where}.",
