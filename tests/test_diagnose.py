@@ -232,7 +232,8 @@ def test_rank_ranges_render_compactly():
 @pytest.mark.anyio
 async def test_mcp_tool_diagnoses_a_log(client, fixture_root):
     data = await call_ok(client, "diagnose_error", {"text": read_log("oom_rank3_cascade.log"), "max_results": 3})
-    assert [m["id"] for m in data["matches"]] == ["OOM-01", "DIST-03", "DIST-02"]
+    ids = [m["id"] for m in data["matches"]]
+    assert ids[0] == "OOM-01" and set(ids[1:]) == {"DIST-03", "DIST-02"}
     assert data["matches"][0]["line"]["rank"] == 3 and data["context"]["world_size"] == 8
 
 
