@@ -162,35 +162,30 @@ def _pure_half(model, device: str) -> Observed:
     return _summary(losses, [], 0)
 
 
-def bug(variant: str, device: str) -> Observed:
+def _run(variant: str, device: str, fixed: bool) -> Observed:
     import torch
 
     from . import toy
 
-    if variant == "act_overflow":
+    if variant == "pure_fp16_adam" and not fixed:
+        return _pure_half(toy.mlp(device).half(), device)
+    if variant == "act_overflow":  # fix: same model and optimizer, bf16 autocast without a scaler
         model = _big_activation_model(device)
-        return _scaled_loop(model, torch.optim.AdamW(model.parameters(), lr=1e-3), device,
-                            dtype=torch.float16, scaled=True, x_scale=10.0)
-    if variant == "diverge":
-        model = toy.mlp(device)
-        return _scaled_loop(model, torch.optim.SGD(model.parameters(), lr=3.0), device,
-                            dtype=torch.float16, scaled=True)
-    return _pure_half(toy.mlp(device).half(), device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        return _scaled_loop(model, opt, device, dtype=torch.bfloat16 if fixed else torch.float16,
+                            scaled=not fixed, x_scale=10.0)
+    model = toy.mlp(device)
+    if variant == "diverge":  # fix: lower LR and clip the unscaled grads
+        opt = torch.optim.SGD(model.parameters(), lr=0.05 if fixed else 3.0)
+        return _scaled_loop(model, opt, device, dtype=torch.float16, scaled=True, clip=fixed)
+    # pure_fp16_adam fixed: fp32 master weights, fp16 autocast, GradScaler
+    return _scaled_loop(model, torch.optim.Adam(model.parameters(), lr=1e-3), device, dtype=torch.float16,
+                        scaled=True)
+
+
+def bug(variant: str, device: str) -> Observed:
+    return _run(variant, device, fixed=False)
 
 
 def fix(variant: str, device: str) -> Observed:
-    import torch
-
-    from . import toy
-
-    if variant == "act_overflow":
-        model = _big_activation_model(device)
-        return _scaled_loop(model, torch.optim.AdamW(model.parameters(), lr=1e-3), device,
-                            dtype=torch.bfloat16, scaled=False, x_scale=10.0)
-    if variant == "diverge":
-        model = toy.mlp(device)
-        return _scaled_loop(model, torch.optim.SGD(model.parameters(), lr=0.05), device,
-                            dtype=torch.float16, scaled=True, clip=True)
-    model = toy.mlp(device)
-    return _scaled_loop(model, torch.optim.Adam(model.parameters(), lr=1e-3), device,
-                        dtype=torch.float16, scaled=True)
+    return _run(variant, device, fixed=True)

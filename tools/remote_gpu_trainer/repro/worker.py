@@ -99,6 +99,9 @@ def main() -> int:
     except ImportError as exc:
         emit("error", message=f"torch is not importable by {sys.executable}: {exc}")
         return 2
+    # Toy-sized tensors gain nothing from an OpenMP pool, and on a busy box its spin-waits cost 10-50x;
+    # one thread also keeps a later fork safe (libgomp hangs a child forked after its pool started).
+    torch.set_num_threads(1)
     torch.optim.SGD([torch.zeros(1, requires_grad=True)])  # the first optimizer imports torch._dynamo (~1.3 s)
     jobs = list(enumerate(request["jobs"]))
     if any(_is_distributed(job) for _, job in jobs):
