@@ -234,3 +234,12 @@ def test_importing_the_tool_does_not_import_yaml():
     code = "import remote_gpu_trainer.providers, sys; print('yaml' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_fact_shared_by_two_topics_is_listed_once():
+    rows = ask("runpod").rows
+    keys = [r.fact for r in rows]
+    assert len(keys) == len(set(keys)) and "billing.stop_everything" in keys
+    compare = ask(question="what stops billing and what is irreversible").rows
+    pairs = [(r.provider, r.fact) for r in compare]
+    assert len(pairs) == len(set(pairs))

@@ -613,6 +613,17 @@ def _topic_infos() -> list[TopicInfo]:
     return [TopicInfo(name=t.name, title=t.title, facts=list(t.fields), example=t.example) for t in TOPICS]
 
 
+def _unique(rows: list[AnswerRow]) -> list[AnswerRow]:
+    """Drop repeats of a (provider, fact) pair: topics share fields (teardown reuses stop_everything)."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for row in rows:
+        if (row.provider, row.fact) not in seen:
+            seen.add((row.provider, row.fact))
+            out.append(row)
+    return out
+
+
 def _related_gotchas(profile: Profile, topics: list[str]) -> list[GotchaRef]:
     res = [rx for name in topics for rx in _TOPIC_RES[name]]
     return [g for g in profile.gotchas if any(rx.search(g.title) for rx in res)]
@@ -630,7 +641,7 @@ def provider_info(args: ProviderInfoInput, progress: Progress, root: Path | None
 
     if args.question is None:
         assert chosen is not None
-        rows = [row for topic in TOPICS for row in rows_for(chosen, topic)]
+        rows = _unique([row for topic in TOPICS for row in rows_for(chosen, topic)])
         return ProviderInfo(mode="profile", message=f"{chosen.front.name}: last verified {chosen.front.last_verified}",
                             provider=chosen.name, rows=rows, profile=chosen.front, sections=list(chosen.sections),
                             gotchas=list(chosen.gotchas), file=chosen.path.relative_to(root).as_posix())
@@ -642,7 +653,7 @@ def provider_info(args: ProviderInfoInput, progress: Progress, root: Path | None
                             message=f"No fact field matches this question. Topics that can be compared: {listing}",
                             topics=_topic_infos())
 
-    rows = [row for name in topics for p in scope for row in rows_for(p, _TOPICS_BY_NAME[name])]
+    rows = _unique([row for name in topics for p in scope for row in rows_for(p, _TOPICS_BY_NAME[name])])
     if chosen:
         return ProviderInfo(mode="answer", provider=chosen.name, question=args.question, matched_topics=topics,
                             rows=rows, gotchas=_related_gotchas(chosen, topics),
