@@ -17,6 +17,7 @@ TOOL_MODULES = (
     "remote_gpu_trainer.health.tool",
     "remote_gpu_trainer.diagnose",
     "remote_gpu_trainer.providers",
+    "remote_gpu_trainer.memory.tool",
 )
 
 

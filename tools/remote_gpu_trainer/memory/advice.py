@@ -1,0 +1,153 @@
+"""The next rung on the memory ladder: each candidate change is re-estimated, so every piece of advice
+carries the bytes it saves and whether the job then fits, ordered by what it costs.
+
+Cost order (cheapest first): free switches (fused optimizer step, DDP bucket views), a sharding change
+(more communication, same math), activation checkpointing (~1/3 more compute), a smaller micro-batch
+with gradient accumulation (same math, lower GPU efficiency), lower-precision states (numerics risk),
+CPU offload (PCIe-bound, often several times slower), LoRA (a different method), more GPUs (money).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from .analytic import FSDP, ZERO, Breakdown, Setup, estimate
+
+#: Catalog entries each rung points to: (file, id). Only entries that exist in the catalog are listed;
+#: tests check every one resolves.
+REFS: dict[str, tuple[str, str]] = {
+    "sharding": ("references/training/distributed-launch.md", "DIST-19"),
+    "wrap": ("references/training/distributed-launch.md", "DIST-18"),
+    "seven_gpus": ("references/training/distributed-launch.md", "DIST-06"),
+    "lora_fsdp": ("references/training/distributed-launch.md", "DIST-21"),
+}
+
+
+@dataclass(frozen=True)
+class Rung:
+    action: str
+    cost: str
+    rank: int
+    ref: str | None
+    saves_bytes: int | None
+    total_after_bytes: int | None
+    fits_after: bool | None
+
+
+def _fits(b: Breakdown) -> bool | None:
+    gpu = b.setup.gpu_memory_bytes
+    return None if gpu is None else b.total_bytes <= gpu
+
+
+def _candidates(s: Setup) -> list[tuple[int, str, str, str | None, Callable[[Setup], Setup] | None]]:
+    """(rank, action, cost, ref key, change) for every rung that applies to ``s``."""
+    out: list[tuple[int, str, str, str | None, Callable[[Setup], Setup] | None]] = []
+    torch_opt = s.strategy not in ZERO and s.optimizer in ("adam", "adamw") and s.cpu_offload == "none"
+    if torch_opt and s.optimizer_impl == "foreach":
+        out.append((0, "Use the fused optimizer step: torch.optim.AdamW(..., fused=True) (foreach=True, the CUDA "
+                    "default, materialises a sqrt(v) copy of every trainable state)", "free", None,
+                    lambda x: replace(x, optimizer_impl="fused")))
+    if s.strategy == "ddp" and s.world_size > 1 and not s.gradient_as_bucket_view:
+        out.append((0, "DDP(..., gradient_as_bucket_view=True): gradients become views of the all-reduce "
+                    "buckets instead of a second copy", "free", "sharding",
+                    lambda x: replace(x, gradient_as_bucket_view=True)))
+    if s.world_size > 1:
+        if s.strategy in ("ddp", "no_shard", "zero1", "zero2"):
+            target = "zero3" if s.strategy in ZERO else "full_shard"
+            out.append((1, f"Shard parameters, gradients and optimizer state: strategy={target}", "communication "
+                        "(~1.5× DDP's volume; overlapped with compute on a good interconnect)", "sharding",
+                        lambda x, t=target: replace(x, strategy=t, cpu_offload="none" if t == "full_shard"
+                                                    else x.cpu_offload)))
+        if s.strategy == "shard_grad_op":
+            out.append((1, "strategy=full_shard: SHARD_GRAD_OP keeps every block's 16-bit weights gathered "
+                        "from forward to backward; FULL_SHARD re-gathers them", "one extra all-gather per block "
+                        "in backward", "sharding", lambda x: replace(x, strategy="full_shard")))
+        if s.strategy == "hybrid_shard" and s.num_nodes > 1:
+            out.append((1, "strategy=full_shard: shard across all nodes instead of within each node",
+                        "inter-node all-gathers", "sharding", lambda x: replace(x, strategy="full_shard")))
+    if s.arch is not None and not s.activation_checkpointing:
+        out.append((2, "Activation checkpointing on every block (model.gradient_checkpointing_enable(), or "
+                    "checkpoint_wrapper / torch.utils.checkpoint per block)", "~30–40 % more compute per step",
+                    None, lambda x: replace(x, activation_checkpointing=True)))
+    if s.arch is not None and s.micro_batch_size > 1:
+        half = max(1, s.micro_batch_size // 2)
+        out.append((3, f"micro_batch_size={half} with twice the gradient accumulation steps (same effective "
+                    "batch)", "lower GPU efficiency per step", None,
+                    lambda x, h=half: replace(x, micro_batch_size=h, grad_accumulation=True)))
+    if s.optimizer in ("adam", "adamw"):
+        out.append((4, "8-bit AdamW (bitsandbytes.optim.AdamW8bit): 2 bytes of state per parameter instead of 8",
+                    "small numerics risk; needs bitsandbytes", None, lambda x: replace(x, optimizer="adam8bit")))
+    if s.precision in ("bf16_mixed", "fp32"):
+        out.append((4, "Pure bf16 (parameters, gradients and Adam state in bf16: 8 B/param); use Kahan summation "
+                    "or stochastic rounding for long runs", "numerics risk", None,
+                    lambda x: replace(x, precision="bf16_pure")))
+    if s.cpu_offload == "none" and s.strategy != "ddp":
+        mode = "optimizer" if s.strategy in ("zero1", "zero2") else "params_and_optimizer"
+        out.append((5, f"CPU offload ({mode}): states in pinned host RAM, the optimizer steps on the CPU",
+                    "PCIe-bound: often 2–5× slower steps; needs host RAM", None,
+                    lambda x, m=mode: replace(x, cpu_offload=m)))
+    if s.arch is not None and not s.lora_rank:
+        targets = tuple(lin for lin in _default_lora_targets(s))
+        out.append((6, f"LoRA (r=16 on {', '.join(targets)}): train adapters only, base weights frozen",
+                    "a different method: fewer trainable parameters", "lora_fsdp" if s.strategy in FSDP else None,
+                    lambda x, t=targets: replace(x, lora_rank=16, lora_targets=t)))
+    return out
+
+
+def _default_lora_targets(s: Setup) -> list[str]:
+    return PEFT_DEFAULT_TARGETS.get(s.arch.family if s.arch else "", ["q_proj", "v_proj"])
+
+
+#: PEFT's default ``target_modules`` per architecture (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING).
+PEFT_DEFAULT_TARGETS: dict[str, list[str]] = {"gpt2": ["c_attn"], "bert": ["query", "value"], "t5": ["q", "v"],
+                                              "llama": ["q_proj", "v_proj"]}
+
+
+def more_gpus(s: Setup, b: Breakdown) -> Rung | None:
+    """The smallest world size (same GPUs per node) at which a sharded job fits, if any up to 1024."""
+    gpu = s.gpu_memory_bytes
+    if gpu is None or b.total_bytes <= gpu or s.strategy in ("ddp", "no_shard"):
+        return None
+    per_node = s.gpus_per_node
+    for nodes in range(1, 1025 // per_node + 1):
+        world = nodes * per_node
+        if world <= s.world_size:
+            continue
+        trial = estimate(replace(s, world_size=world))
+        if trial.total_bytes <= gpu:
+            return Rung(f"world_size={world} ({nodes} node{'s' if nodes > 1 else ''} × {per_node} GPUs)",
+                        "more GPUs", 7, "seven_gpus", b.total_bytes - trial.total_bytes, trial.total_bytes, True)
+    return None
+
+
+def ladder(s: Setup, b: Breakdown) -> list[Rung]:
+    """Every applicable rung that lowers the per-GPU total, cheapest first, then by bytes saved."""
+    rungs = []
+    for rank, action, cost, ref, change in _candidates(s):
+        trial = estimate(change(s))
+        saved = b.total_bytes - trial.total_bytes
+        if saved > 0:
+            rungs.append(Rung(action, cost, rank, ref, saved, trial.total_bytes, _fits(trial)))
+    extra = more_gpus(s, b)
+    if extra is not None:
+        rungs.append(extra)
+    return sorted(rungs, key=lambda r: (r.rank, -(r.saves_bytes or 0)))
+
+
+def largest_micro_batch(s: Setup, limit: int = 4096) -> int | None:
+    """The largest micro-batch that still fits (``None`` without an architecture or GPU size)."""
+    gpu = s.gpu_memory_bytes
+    if s.arch is None or gpu is None or estimate(replace(s, micro_batch_size=1)).total_bytes > gpu:
+        return None
+    lo, hi = 1, 2
+    while hi <= limit and estimate(replace(s, micro_batch_size=hi)).total_bytes <= gpu:
+        lo, hi = hi, hi * 2
+    hi = min(hi, limit + 1)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if estimate(replace(s, micro_batch_size=mid)).total_bytes <= gpu:
+            lo = mid
+        else:
+            hi = mid
+    return lo

@@ -1,0 +1,331 @@
+"""Measured mode: a real training step under ``FakeTensorMode`` with torch's memory trackers.
+
+The model (``torch_models``) is built on the meta device and materialised as fake tensors, so even a
+70B step allocates nothing; torch's ``MemTracker`` (single replica) or ``FSDPMemTracker`` (FSDP2
+``fully_shard`` over a fake process group of any world size) counts the bytes of every tensor the
+real step creates. Two iterations run because the optimizer state appears at the first
+``optimizer.step()``; the peak covers both.
+
+The step runs in a child process (``python -m remote_gpu_trainer.memory.measured``): the parent
+passes a JSON job on stdin, reads ``@@progress`` lines from stderr and one JSON result from stdout,
+and kills the child at the time limit, so a slow measurement can never hang the MCP server. Nothing
+here is fed back into the analytic formulas: the two are computed independently and compared.
+
+What CPU fake tensors cannot show (so the caller corrects or states it): CUDA's 512-byte allocation
+rounding and allocator slack, CUDA context and NCCL, dropout (the CPU kernel saves a dtype-sized
+noise tensor instead of CUDA's 1-byte mask, so the job runs with dropout off), CPU offload (host and
+device are the same here) and bitsandbytes kernels.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+PROGRESS_PREFIX = "@@progress "
+
+#: Strategies the worker can run with torch's own FSDP2 / single-replica code.
+MEASURABLE_STRATEGIES = ("ddp", "no_shard", "full_shard", "shard_grad_op", "hybrid_shard")
+MEASURABLE_OPTIMIZERS = ("adamw", "adam", "sgd", "sgd_momentum")
+"""adam8bit needs bitsandbytes CUDA kernels; torch's Adafactor calls ``.item()``, which fake tensors cannot answer."""
+
+
+@dataclass
+class MeasureJob:
+    """Everything the worker needs; plain JSON so it crosses the process boundary."""
+
+    arch: dict[str, Any]
+    strategy: str
+    precision: str
+    optimizer: str
+    optimizer_impl: str
+    world_size: int
+    gpus_per_node: int
+    seq_len: int
+    micro_batch_size: int
+    activation_checkpointing: bool
+    attention: str
+    lora_rank: int | None = None
+    lora_targets: list[str] = field(default_factory=list)
+    adapter_dtype: str = "fp32"
+
+
+@dataclass
+class MeasureResult:
+    peak_bytes: int
+    categories: dict[str, int]
+    """Tracker categories at the peak (Parameter, Gradient, Activation, Temp, Optstate, ...)."""
+    peak_phase: str
+    seconds: float
+    tracker: str
+    torch_version: str
+
+
+class MeasureError(RuntimeError):
+    """The measurement could not run (timeout, crash, unsupported op); the text says why."""
+
+
+# ---- parent side -----------------------------------------------------------------------------------
+def run_measurement(job: MeasureJob, timeout_s: float,
+                    progress: Callable[[float, float | None, str], None]) -> MeasureResult:
+    """Run ``job`` in a child process; forward its progress; kill it after ``timeout_s`` seconds."""
+    cmd = [sys.executable, "-m", "remote_gpu_trainer.memory.measured"]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
+    src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p)
+    child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env, start_new_session=True)
+    tail: list[str] = []
+
+    def pump_stderr() -> None:
+        assert child.stderr is not None
+        for line in child.stderr:
+            if line.startswith(PROGRESS_PREFIX):
+                done, total, message = line[len(PROGRESS_PREFIX):].rstrip("\n").split(" ", 2)
+                progress(float(done), float(total), message)
+            else:
+                tail.append(line)
+                del tail[:-40]
+
+    reader = threading.Thread(target=pump_stderr, daemon=True)
+    reader.start()
+    try:
+        out, _ = child.communicate(json.dumps(asdict(job)), timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.communicate()
+        raise MeasureError(f"measurement did not finish within {timeout_s:g} s (raise measure_timeout_s, or "
+                           "measure a shorter seq_len/fewer layers; fake-tensor cost grows with layers)") from None
+    reader.join(timeout=5)
+    if child.returncode != 0 or not out.strip():
+        detail = "".join(tail).strip().splitlines()
+        raise MeasureError(f"measurement worker failed (exit {child.returncode}): "
+                           f"{detail[-1] if detail else 'no output'}")
+    return MeasureResult(**json.loads(out.strip().splitlines()[-1]))
+
+
+# ---- child side ------------------------------------------------------------------------------------
+def _report(done: int, total: int, message: str) -> None:
+    print(f"{PROGRESS_PREFIX}{done} {total} {message}", file=sys.stderr, flush=True)
+
+
+def _param_dtype(precision: str) -> str:
+    return {"bf16_pure": "bf16", "fp16_pure": "fp16"}.get(precision, "fp32")
+
+
+def _half(precision: str):
+    import torch
+
+    return torch.float16 if precision.startswith("fp16") else torch.bfloat16
+
+
+def _optimizer(job: MeasureJob, params):
+    import torch
+
+    impl = {"foreach": {"foreach": True}, "single_tensor": {"foreach": False},
+            "fused": {"fused": True}}[job.optimizer_impl]
+    if job.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=1e-4, **impl)
+    if job.optimizer == "adam":
+        return torch.optim.Adam(params, lr=1e-4, **impl)
+    if job.optimizer in ("sgd", "sgd_momentum"):
+        impl.pop("fused", None)
+        return torch.optim.SGD(params, lr=1e-2, momentum=0.9 if job.optimizer == "sgd_momentum" else 0.0,
+                               **(impl or {"foreach": False}))
+    raise ValueError(f"optimizer {job.optimizer!r} cannot run under fake tensors")
+
+
+class _LocalShards:
+    """The optimizer steps the parameters' local shards, as a GPU rank does.
+
+    FSDP2 parameters are DTensors. Stepping them under FakeTensorMode also runs DTensor's sharding
+    propagation on global-shape fake tensors inside the tracked mode, which the tracker counts (fused
+    Adam showed 4× the whole model). The memory a rank really uses is the local ops on local shards:
+    step plain aliases of those shards, with the sharded gradients attached.
+    """
+
+    def __init__(self, params):
+        from torch.distributed.tensor import DTensor
+
+        self.pairs = []
+        for p in params:
+            local = p.to_local().detach() if isinstance(p, DTensor) else p
+            self.pairs.append((p, local))
+        self.locals = [local for _, local in self.pairs]
+
+    def attach_grads(self) -> None:
+        from torch.distributed.tensor import DTensor
+
+        for p, local in self.pairs:
+            if local is not p:
+                local.grad = None if p.grad is None else (
+                    p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad)
+
+    def clear(self, model) -> None:
+        for p, local in self.pairs:
+            if local is not p:
+                local.grad = None
+        model.zero_grad(set_to_none=True)
+
+
+def _checkpoint_blocks(blocks) -> None:
+    """Non-reentrant activation checkpointing of every block, keeping parameter names unchanged."""
+    import functools
+
+    from torch.utils.checkpoint import checkpoint
+
+    for block in blocks:
+        block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
+
+
+def _progress_hooks(blocks, total: int, counter: list[int], iteration: list[int]) -> None:
+    """One progress line per block forward, and per block backward (a hook on the block's input grad)."""
+    n = len(blocks)
+    for index, block in enumerate(blocks):
+        def pre(module, args, index=index):
+            counter[0] += 1
+            _report(counter[0], total, f"iteration {iteration[0] + 1}/2 forward block {index + 1}/{n}")
+            x = args[0] if args else None
+            if getattr(x, "requires_grad", False):
+                def on_grad(grad, index=index):
+                    counter[0] += 1
+                    _report(counter[0], total, f"iteration {iteration[0] + 1}/2 backward block {index + 1}/{n}")
+                x.register_hook(on_grad)
+        block.register_forward_pre_hook(pre)
+
+
+class _NoHook:
+    def remove(self) -> None:
+        pass
+
+
+def _frozen_safe(tracker_cls):
+    """MemTracker (torch 2.13) registers a grad hook on every parameter and fails on frozen ones
+    (LoRA): pre-fill its handle table for frozen parameters so it skips them."""
+
+    class FrozenSafe(tracker_cls):
+        def _track_module_params_and_buffers(self, module, install_grad_hooks=True):
+            for param in module.parameters():
+                if not param.requires_grad:
+                    self._param_to_grad_hook_handles.setdefault(param, (_NoHook(), _NoHook()))
+            return super()._track_module_params_and_buffers(module, install_grad_hooks)
+
+    return FrozenSafe
+
+
+def measure(job: MeasureJob) -> MeasureResult:
+    """Run two training iterations of ``job`` on fake tensors and return the tracked peak."""
+    import torch
+    import torch.distributed as dist
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from .architecture import Architecture
+    from .torch_models import build_model, example_batch
+
+    started = time.monotonic()
+    arch = Architecture(**job.arch)
+    fsdp = job.strategy in ("full_shard", "shard_grad_op", "hybrid_shard", "no_shard")
+    mixed = job.precision.endswith("_mixed")
+    with torch.device("meta"):
+        model = build_model(arch, dtype=_param_dtype(job.precision), lora_rank=job.lora_rank,
+                            lora_targets=job.lora_targets or None, adapter_dtype=job.adapter_dtype,
+                            attention_impl=job.attention, dropout=False)
+    blocks = model.blocks()
+    total_steps = 2 * 2 * len(blocks) + 2
+    counter, iteration = [0], [0]
+    _report(0, total_steps, f"built {arch.model_type} on the meta device ({len(blocks)} blocks)")
+    if job.activation_checkpointing:
+        _checkpoint_blocks(blocks)
+    _progress_hooks(blocks, total_steps, counter, iteration)
+
+    if fsdp:
+        from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+
+        dist.init_process_group("fake", rank=0, world_size=job.world_size, store=FakeStore())
+        if job.strategy == "hybrid_shard":
+            mesh = init_device_mesh("cpu", (job.world_size // job.gpus_per_node, job.gpus_per_node),
+                                    mesh_dim_names=("replicate", "shard"))
+        elif job.strategy == "no_shard" and job.world_size > 1:  # replicate only: a shard dimension of 1
+            mesh = init_device_mesh("cpu", (job.world_size, 1), mesh_dim_names=("replicate", "shard"))
+        else:
+            mesh = init_device_mesh("cpu", (job.world_size,))
+        policy = MixedPrecisionPolicy(param_dtype=_half(job.precision), reduce_dtype=torch.float32) if mixed \
+            else MixedPrecisionPolicy()
+        reshard = job.strategy not in ("shard_grad_op", "no_shard")
+
+    fake = FakeTensorMode(allow_non_fake_inputs=True)
+    with fake:
+        if fsdp:
+            for block in blocks:
+                fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
+            fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
+        model.to_empty(device="cpu")
+        model.train()
+        shards = _LocalShards([p for p in model.parameters() if p.requires_grad])
+        optimizer = _optimizer(job, shards.locals)
+        batch = example_batch(arch, job.micro_batch_size, job.seq_len)
+        if fsdp:
+            tracker = _frozen_safe(FSDPMemTracker)(model, optimizer)
+            tracker.track_inputs(tuple(batch.values()))
+        else:
+            tracker = _frozen_safe(__import__("torch.distributed._tools.mem_tracker",
+                                              fromlist=["MemTracker"]).MemTracker)()
+            tracker.track_external(model, optimizer, *batch.values())
+        peaks: list[tuple[str, int]] = []
+        autocast = torch.autocast("cpu", dtype=_half(job.precision)) if mixed and not fsdp else None
+        with tracker:
+            for it in range(2):
+                iteration[0] = it
+                if autocast is not None:
+                    with autocast:
+                        loss = model(batch)
+                else:
+                    loss = model(batch)
+                loss.backward()
+                peaks.append((f"iteration {it + 1} forward/backward", _peak_total(tracker)))
+                counter[0] += 1
+                _report(counter[0], total_steps, f"iteration {it + 1}/2 optimizer step")
+                shards.attach_grads()
+                optimizer.step()
+                shards.clear(model)
+                peaks.append((f"iteration {it + 1} optimizer step", _peak_total(tracker)))
+                del loss
+                tracker.reset_mod_stats()  # module stats are per iteration; the global peak is kept
+            snapshot = tracker.get_tracker_snapshot("peak")
+    device_snap = next(iter(snapshot.values()))
+    categories = {str(getattr(k, "value", k)): int(v) for k, v in device_snap.items()}
+    peak = categories.pop("Total")
+    phase = next(name for name, value in peaks if value == peak)
+    if fsdp:
+        dist.destroy_process_group()
+    return MeasureResult(peak_bytes=peak, categories={k: v for k, v in categories.items() if v},
+                         peak_phase=phase.replace("iteration 2 ", "").replace("iteration 1 ", "first "),
+                         seconds=round(time.monotonic() - started, 2),
+                         tracker="FSDPMemTracker" if fsdp else "MemTracker", torch_version=torch.__version__)
+
+
+def _peak_total(tracker) -> int:
+    snap = tracker.get_tracker_snapshot("peak")
+    return int(sum(dev.get("Total", 0) for dev in snap.values()))
+
+
+def main() -> int:
+    job = MeasureJob(**json.loads(sys.stdin.read()))
+    result = measure(job)
+    print(json.dumps(asdict(result)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
