@@ -123,7 +123,7 @@ def test_container_with_unreadable_kernel_log_is_unknown_exit_3():
     log = next(c for c in report.host_checks if c.name == "xid_kernel_log")
     assert log.verdict is Verdict.UNKNOWN and log.entry.id == "GOT-26"
     assert report.gpus[0].verdict is Verdict.PASS  # the GPU itself is fine
-    assert "UNKNOWN xid_kernel_log" in report.summary
+    assert report.summary.startswith("UNKNOWN: [UNKNOWN] xid_kernel_log (unreadable)")
 
 
 def test_expect_gpus_and_indices():

@@ -44,7 +44,7 @@ async def test_tool_annotations(client):
 
 
 @pytest.mark.parametrize(("arguments", "field"), [
-    ({"sample_s": 11}, "sample_s"), ({"timeout_s": 0}, "timeout_s"), ({"expect_gpus": -1}, "expect_gpus"),
+    ({"sample_s": 11}, "sample_s"), ({"timeout_s": 0}, "timeout_s"), ({"expect_gpus": 0}, "expect_gpus"),
 ])
 async def test_bad_input_names_the_field(client, arguments, field):
     assert field in await call_error(client, "gpu_health", arguments)

@@ -92,6 +92,20 @@ def test_orphan_needs_evidence_that_its_launcher_is_gone():
     assert _one(orphan_info(ppid=2000), pgids={3000: 2990})[0].cls is HolderClass.ACTIVE
 
 
+def test_a_brief_d_state_is_not_stuck():
+    stuck = _one(orphan_info(status="disk-sleep"), pgids={3000: 2990})[0]
+    assert stuck.cls is HolderClass.UNINTERRUPTIBLE and "D state for 1 s" in stuck.reason
+    info = orphan_info(status="disk-sleep")
+    procs = {1: proc(1, 0, "/sbin/init", uid=0, sid=1), 3000: info}
+    source = FakeProcesses(procs=procs, pgids={1: 1, 3000: 2990}, holders={3000: DeviceUse(frozenset({0}), True)},
+                           after_wait={3000: dataclasses.replace(info, status="sleeping")})
+    gpu = GpuProcesses(index=0, minor=0, memory=Memory(80 * GIB, GIB, None),
+                       processes=(GpuProcess(3000, GIB, ("compute",)),))
+    passing = classify([gpu], source).holders[0]
+    assert passing.cls is HolderClass.ORPHAN and passing.info.status == "sleeping"
+    assert 0 < source.waited <= 0.2  # one poll was enough to see it move on
+
+
 def test_candidate_rules():
     assert _one(orphan_info(), pgids={3000: 2990})[0].candidate
     other = _one(orphan_info(uid=1001), pgids={3000: 2990})[0]
@@ -102,10 +116,11 @@ def test_candidate_rules():
     assert hidden.holds_device is None and not hidden.candidate and "not proven" in hidden.reason
 
 
-def test_local_holder_without_a_cuda_context_is_not_a_candidate():
-    holders = _one(orphan_info(), pgids={3000: 2990}, holders={3000: DeviceUse(frozenset({0}), False)}, listed=False)
-    assert holders[0].cls is HolderClass.ORPHAN and not holders[0].nvml_listed
-    assert not holders[0].candidate and "no CUDA context" in holders[0].reason
+def test_local_holders_count_only_with_a_cuda_context():
+    cuda = _one(orphan_info(), pgids={3000: 2990}, listed=False)
+    assert cuda[0].cls is HolderClass.ORPHAN and not cuda[0].nvml_listed and cuda[0].candidate
+    # NVML-only monitors (nvidia-persistenced, nvtop) open /dev/nvidiaN but not /dev/nvidia-uvm: no VRAM, no row
+    assert _one(orphan_info(), pgids={3000: 2990}, holders={3000: DeviceUse(frozenset({0}), False)}, listed=False) == []
 
 
 def test_in_a_container_a_coincidental_local_pid_is_not_the_nvml_process():
@@ -113,6 +128,19 @@ def test_in_a_container_a_coincidental_local_pid_is_not_the_nvml_process():
     holders = _one(orphan_info(), pgids={3000: 2990}, container=True, holders={})
     assert holders[0].cls is HolderClass.PHANTOM and "different process" in holders[0].reason
     assert "restart the pod" in holders[0].remedy and not holders[0].candidate
+
+
+def test_an_nvml_hang_while_listing_processes_is_a_failure():
+    scenario = SCENARIOS["nvml-hang"]()
+    try:
+        started = time.monotonic()
+        report = reap(ReapInput(timeout_s=1), scenario.backend, processes=scenario.processes, kill_step=None)
+    finally:
+        scenario.backend.release.set()
+    assert time.monotonic() - started < 4
+    assert report.verdict is Verdict.FAIL and report.exit_code == 1
+    assert report.summary.startswith("NVML hung on GPU 4") and "ComputeRunningProcesses" in report.summary
+    assert [m.gpu for m in report.memory] == [0, 1, 2, 3]
 
 
 # --- real processes --------------------------------------------------------------------------------
@@ -180,6 +208,11 @@ def spawn_orphan(devices: Path, cleanup: list[int], *, with_child: bool = False)
         _wait(lambda: _holds(child, devices / "nvidia0"))
     else:
         _wait(lambda: _holds(pid, devices / "nvidia0"))
+    # Settled into time.sleep: a process still paging in Python is briefly in D state, which the
+    # safe-kill step (rightly) refuses to signal.
+    for settled in (pid, child):
+        if settled is not None:
+            _wait(lambda p=settled: psutil.Process(p).status() == psutil.STATUS_SLEEPING)
     return pid, child
 
 

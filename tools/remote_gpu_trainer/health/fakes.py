@@ -64,11 +64,14 @@ class FakeBackend:
     def open(self, timeout_s: float) -> NvmlStatus:
         return self.status
 
+    def _maybe_hang(self, index: int, call: str) -> None:
+        if index in self.hang_on:
+            self._worker.detail = f"{call} (GPU {index})"
+            self.release.wait(self.hang_s)
+
     def read_gpu(self, index: int) -> GpuSnapshot:
         self.calls.append(f"read_gpu({index})")
-        if index in self.hang_on:
-            self._worker.detail = f"nvmlDeviceGetRemappedRows (GPU {index})"
-            self.release.wait(self.hang_s)
+        self._maybe_hang(index, "nvmlDeviceGetRemappedRows")
         gpu = self.gpus[index]
         return replace(gpu, counters=replace(gpu.counters, at=time.monotonic()))
 
@@ -78,6 +81,7 @@ class FakeBackend:
 
     def read_processes(self, index: int) -> GpuProcesses:
         self.calls.append(f"read_processes({index})")
+        self._maybe_hang(index, "nvmlDeviceGetComputeRunningProcesses_v3")
         gpu = self.gpus[index]
         return GpuProcesses(index=index, lost=gpu.lost, uuid=gpu.uuid, minor=gpu.minor, memory=gpu.memory,
                             processes=gpu.processes)
@@ -96,8 +100,13 @@ class FakeProcesses:
     container: bool = False
     my_uid: int = FAKE_UID
     clock: float = 1_000_000.0
+    after_wait: dict[int, ProcInfo] = field(default_factory=dict)
+    """What info() returns once wait() has been called (e.g. a D state that passes)."""
+    waited: float = 0.0
 
     def info(self, pid: int) -> ProcInfo | None:
+        if self.waited and pid in self.after_wait:
+            return self.after_wait[pid]
         return self.procs.get(pid)
 
     def pgid(self, pid: int) -> int | None:
@@ -128,6 +137,10 @@ class FakeProcesses:
 
     def now(self) -> float:
         return self.clock
+
+    def wait(self, seconds: float) -> None:
+        self.waited += seconds
+        self.clock += seconds
 
 
 def proc(pid: int, ppid: int, cmd: str, *, uid: int = FAKE_UID, status: str = "sleeping", age_s: float = 3600,

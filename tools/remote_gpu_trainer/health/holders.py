@@ -45,6 +45,8 @@ from .backend import GpuProcesses, Unread
 DEVICE_PREFIX = "/dev/nvidia"
 INVALID_PIDS = frozenset({0, 0xFFFFFFFF})
 DEFAULT_PID_MAX = 4194304  # the kernel's upper bound (PID_MAX_LIMIT on 64-bit)
+D_STATE_CONFIRM_S = 1.0
+D_STATE_POLL_S = 0.1
 
 # Processes that adopt orphans: PID 1 of hosts and containers, and the usual subreapers.
 ADOPTERS = frozenset({"init", "systemd", "tini", "dumb-init", "docker-init", "catatonit", "s6-svscan",
@@ -137,6 +139,8 @@ class ProcessSource(Protocol):
 
     def now(self) -> float: ...
 
+    def wait(self, seconds: float) -> None: ...
+
 
 class LocalProcesses:
     """The processes of this machine (or container), via psutil and /proc. One instance = one
@@ -193,6 +197,9 @@ class LocalProcesses:
 
     def now(self) -> float:
         return time.time()
+
+    def wait(self, seconds: float) -> None:
+        time.sleep(seconds)
 
 
 @dataclass(frozen=True)
@@ -269,13 +276,29 @@ def _remedy_for_state(cls: HolderClass, info: ProcInfo, source: ProcessSource) -
     return "a running job: stop it from where it was started if it should not be here"
 
 
-def _state_class(info: ProcInfo, source: ProcessSource) -> tuple[HolderClass, str]:
+def _settled(info: ProcInfo, source: ProcessSource) -> ProcInfo:
+    """The process's state once a D state has had time to pass. Brief D states are normal (page
+    faults, reading a dataset, NFS); only one that lasts D_STATE_CONFIRM_S means "stuck"."""
+    waited = 0.0
+    while info.status == DISK_SLEEP and waited < D_STATE_CONFIRM_S:
+        source.wait(D_STATE_POLL_S)
+        waited += D_STATE_POLL_S
+        again = source.info(info.pid)
+        if again is None or again.create_time != info.create_time:
+            return info  # exited (or pid reused) meanwhile: keep what we saw
+        info = again
+    return info
+
+
+def _state_class(info: ProcInfo, source: ProcessSource) -> tuple[HolderClass, str, ProcInfo]:
     if info.status == ZOMBIE:
-        return HolderClass.ZOMBIE, "zombie: exited, waiting for its parent to reap it"
+        return HolderClass.ZOMBIE, "zombie: exited, waiting for its parent to reap it", info
+    info = _settled(info, source)
     if info.status == DISK_SLEEP:
-        return HolderClass.UNINTERRUPTIBLE, "D state: blocked in an uninterruptible kernel call"
+        return (HolderClass.UNINTERRUPTIBLE, f"D state for {D_STATE_CONFIRM_S:g} s and more: blocked in an "
+                "uninterruptible kernel call", info)
     gone, why = parent_gone(info, source)
-    return (HolderClass.ORPHAN if gone else HolderClass.ACTIVE), why
+    return (HolderClass.ORPHAN if gone else HolderClass.ACTIVE), why, info
 
 
 def _age(info: ProcInfo | None, now: float) -> float | None:
@@ -294,10 +317,11 @@ def _candidate(holder: Holder, source: ProcessSource, min_age_s: float) -> tuple
     return True, ""
 
 
-def classify(gpus: Sequence[GpuProcesses], source: ProcessSource, min_age_s: float = 60.0) -> Classification:
-    """Classify every NVML-listed holder of ``gpus``, plus local device-file holders NVML did not
-    list (in a container NVML's pids are host pids, so these are the only pids we can act on)."""
-    scan = source.devices()
+def classify(gpus: Sequence[GpuProcesses], source: ProcessSource, min_age_s: float = 60.0,
+             include_local: bool = True) -> Classification:
+    """Classify every NVML-listed holder of ``gpus`` and, with ``include_local``, the local CUDA
+    processes NVML did not list (in a container NVML's pids are host pids, so these are the only
+    pids we can act on). The /proc fd scan runs only when something needs it."""
     container = source.in_container()
     now = source.now()
     pid_max = source.pid_max()
@@ -308,13 +332,16 @@ def classify(gpus: Sequence[GpuProcesses], source: ProcessSource, min_age_s: flo
     listed_here: set[tuple[int, int]] = set()  # (gpu, local pid) covered by an NVML row
 
     def holds(pid: int, minor: object) -> bool | None:
+        scan = source.devices()
         if pid in scan.unreadable or not isinstance(minor, int):
             return None
         return minor in scan.holders.get(pid, DeviceUse()).minors
 
     def local_holders_of(minor: object) -> tuple[int, ...]:
-        return tuple(sorted(pid for pid, use in scan.holders.items()
-                            if isinstance(minor, int) and minor in use.minors and pid != me))
+        """Local CUDA processes on that GPU. /dev/nvidia-uvm marks a CUDA context: NVML-only monitors
+        (nvidia-persistenced, nvtop, this server) open /dev/nvidiaN too but hold no VRAM."""
+        return tuple(sorted(pid for pid, use in source.devices().holders.items()
+                            if isinstance(minor, int) and minor in use.minors and use.uvm and pid != me))
 
     for gpu in gpus:
         if gpu.lost is not None or isinstance(gpu.processes, Unread):
@@ -353,15 +380,16 @@ def classify(gpus: Sequence[GpuProcesses], source: ProcessSource, min_age_s: flo
                         remedy=("restart the pod/container, or ask the provider to reset the GPU" if container else
                                 f"reset the idle GPU (sudo nvidia-smi -r -i {gpu.index}) or reboot: the user's call")))
                 continue
-            cls, why = _state_class(info, source)
+            cls, why, info = _state_class(info, source)
             holder = replace(base, cls=cls, reason=why, remedy=_remedy_for_state(cls, info, source), info=info,
                              holds_device=holds(proc.pid, gpu.minor), age_s=_age(info, now))
             listed_here.add((gpu.index, proc.pid))
             holders.append(holder)
 
-    # Local holders of the GPUs we looked at that no NVML row accounts for.
-    for pid, use in sorted(scan.holders.items()):
-        if pid == me:
+    # Local CUDA processes on the GPUs we looked at that no NVML row accounts for (in a container:
+    # all of them, since NVML's pids are host pids).
+    for pid, use in sorted(source.devices().holders.items() if include_local else ()):
+        if pid == me or not use.uvm:
             continue
         for minor in sorted(use.minors):
             gpu_index = minor_to_gpu.get(minor)
@@ -370,30 +398,31 @@ def classify(gpus: Sequence[GpuProcesses], source: ProcessSource, min_age_s: flo
             info = source.info(pid)
             if info is None:
                 continue
-            cls, why = _state_class(info, source)
-            cuda = "a CUDA context (/dev/nvidia-uvm open)" if use.uvm else "device files only (an NVML monitor?)"
+            cls, why, info = _state_class(info, source)
             holders.append(Holder(gpu=gpu_index, pid=pid, cls=cls, nvml_listed=False, info=info, holds_device=True,
                                   age_s=_age(info, now),
-                                  reason=f"found by the /dev/nvidia{minor} scan, not in NVML's list; {cuda}; {why}",
+                                  reason=f"found by the /dev/nvidia{minor} scan (a CUDA context: /dev/nvidia-uvm "
+                                         f"open), not in NVML's list; {why}",
                                   remedy=_remedy_for_state(cls, info, source)))
 
-    holders = [_with_candidacy(h, source, min_age_s, scan) for h in holders]
-    return Classification(_with_descendants(holders, source, scan), container, notes)
+    holders = [_with_candidacy(h, source, min_age_s) for h in holders]
+    return Classification(_with_descendants(holders, source), container, notes)
 
 
-def _with_candidacy(holder: Holder, source: ProcessSource, min_age_s: float, scan: DeviceScan) -> Holder:
+def _with_candidacy(holder: Holder, source: ProcessSource, min_age_s: float) -> Holder:
     ok, why_not = _candidate(holder, source, min_age_s)
-    if ok and not holder.nvml_listed and not scan.holders.get(holder.pid, DeviceUse()).uvm:
-        ok, why_not = False, "holds device files but no CUDA context (no /dev/nvidia-uvm): not offered for killing"
     if why_not:
         return replace(holder, reason=f"{holder.reason}; {why_not}")
     return replace(holder, candidate=ok)
 
 
-def _with_descendants(holders: list[Holder], source: ProcessSource, scan: DeviceScan) -> list[Holder]:
+def _with_descendants(holders: list[Holder], source: ProcessSource) -> list[Holder]:
     """A candidate's descendants that hold a GPU device file go with it: DataLoader workers forked
     after CUDA init keep the context (and the VRAM) alive after their parent dies."""
     roots = {h.pid for h in holders if h.candidate}
+    if not roots:
+        return holders
+    scan = source.devices()
     joined: dict[int, int] = {}
     for root in sorted(roots):
         for child in source.descendants(root):

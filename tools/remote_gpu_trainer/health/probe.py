@@ -210,9 +210,9 @@ def _hang_check(index: int, hang: NvmlHang, during: str) -> Check:
                  entry=C.E_HANG)
 
 
-def _not_probed(index: int, why: str) -> Check:
+def _not_probed(index: int, why: str, entry: C.EntryRef | None = None) -> Check:
     return Check(name="reachable", verdict=Verdict.UNKNOWN, observed="not probed", threshold="answers NVML",
-                 explanation=why, entry=C.E_HANG)
+                 explanation=why, entry=entry)
 
 
 def _summary(verdict: Verdict, host: list[Check], gpus: list[GpuReport]) -> str:
@@ -223,7 +223,7 @@ def _summary(verdict: Verdict, host: list[Check], gpus: list[GpuReport]) -> str:
     shown = sorted((f for f in findings if f[0] in order), key=lambda f: order[f[0]])
     if not shown:
         return f"{verdict}: {len(gpus)} GPU(s), all checks passed"
-    text = "; ".join(f"{v} {what}" for v, what in shown[:4])
+    text = "; ".join(f"[{v}] {what}" for v, what in shown[:4])
     more = f" (+{len(shown) - 4} more)" if len(shown) > 4 else ""
     return f"{verdict}: {text}{more}"
 
@@ -299,7 +299,7 @@ def probe(backend: NvmlBackend, *, expect_gpus: int | None = None, indices: list
         if index in failed:
             checks = [failed[index]]
         elif gpu is None:
-            checks = [_not_probed(index, f"not probed: NVML was stuck on GPU {hung_at}")]
+            checks = [_not_probed(index, f"not probed: NVML was stuck on GPU {hung_at}", C.E_HANG)]
         else:
             ctx = GpuContext(later=later.get(index), holders=[h for h in holders.holders if h.gpu == index],
                              xids=xids[index] if log.readable else None, in_container=holders.in_container)
@@ -324,7 +324,7 @@ def probe(backend: NvmlBackend, *, expect_gpus: int | None = None, indices: list
 
 def _classify(snapshots: dict[int, GpuSnapshot], source: ProcessSource, notes: list[str]) -> Classification:
     try:
-        result = classify([_gpu_processes(g) for g in snapshots.values()], source)
+        result = classify([_gpu_processes(g) for g in snapshots.values()], source, include_local=False)
     except OSError as err:  # /proc unreadable (hidepid, odd sandboxes): processes are then UNKNOWN-ish
         notes.append(f"process classification unavailable: {err}")
         return Classification([], source.in_container())

@@ -23,7 +23,7 @@ FAKE_ENV = "RGT_HEALTH_FAKE"
 
 
 class HealthInput(StrictModel):
-    expect_gpus: int | None = Field(None, ge=0, le=1024, description="How many GPUs this machine should have "
+    expect_gpus: int | None = Field(None, ge=1, le=1024, description="How many GPUs this machine should have "
                                     "(e.g. 8 for an 8×H100 node). Fewer found is FAIL; default: at least one.")
     indices: list[int] | None = Field(None, max_length=1024, description="Only probe these GPUs (NVML indices, PCI "
                                       "bus order); default all. The GPU count is still checked against expect_gpus.")

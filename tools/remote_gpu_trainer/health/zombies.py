@@ -115,7 +115,8 @@ def _cli_command(args: ReapInput, token: str) -> str:
     return shlex.join([*parts, "--confirm-token", token])
 
 
-def _read_all(backend: NvmlBackend, indices: list[int], timeout_s: float, notes: list[str]) -> list[GpuProcesses]:
+def _read_all(backend: NvmlBackend, indices: list[int], timeout_s: float) -> tuple[list[GpuProcesses], str | None]:
+    """Process lists of ``indices`` on the NVML thread; stops at the first hang and says where."""
     deadline = time.monotonic() + timeout_s
     gpus = []
     for index in indices:
@@ -123,9 +124,8 @@ def _read_all(backend: NvmlBackend, indices: list[int], timeout_s: float, notes:
             gpus.append(backend.worker.call(partial(backend.read_processes, index), f"processes GPU {index}",
                                             max(deadline - time.monotonic(), 0.05)))
         except NvmlHang as hang:
-            notes.append(f"GPU {index}: NVML hung ({hang}); GPUs after it were not read")
-            break
-    return gpus
+            return gpus, f"NVML hung on GPU {index} ({hang}); GPUs after it were not read: run gpu_health"
+    return gpus, None
 
 
 def _used(gpus: Sequence[GpuProcesses]) -> dict[int, int | None]:
@@ -155,7 +155,7 @@ def reap(args: ReapInput, backend: NvmlBackend, *, processes: ProcessSource | No
     indices = select_indices(args.indices, count)
     notes: list[str] = []
     progress(0, 3, "reading NVML process lists")
-    gpus = _read_all(backend, indices, args.timeout_s, notes)
+    gpus, hang = _read_all(backend, indices, args.timeout_s)
     before = _used(gpus)
     progress(1, 3, "classifying holders")
     result = classify(gpus, source, args.min_age_s)
@@ -172,13 +172,19 @@ def reap(args: ReapInput, backend: NvmlBackend, *, processes: ProcessSource | No
     memory = [GpuMemoryRow(gpu=i, used_bytes_before=before.get(i)) for i in before]
     if kill is not None and kill.executed:
         time.sleep(0.5)  # the driver frees a context shortly after its last holder exits
-        after = _used(_read_all(backend, list(before), args.timeout_s, notes))
+        after_gpus, hang_after = _read_all(backend, list(before), args.timeout_s)
+        hang = hang or hang_after
+        after = _used(after_gpus)
         memory = [GpuMemoryRow(gpu=i, used_bytes_before=before[i], used_bytes_after=after.get(i)) for i in before]
     if any(h.cls in (HolderClass.NAMESPACED, HolderClass.PHANTOM) for h in result.holders):
         refs.append(E_NAMESPACED)
     if any(h.cls is HolderClass.UNINTERRUPTIBLE for h in result.holders):
         refs.append(E_HANG)
-    return _judge(args, base, count, rows, kill, memory, notes, offered=len(candidates))
+    report = _judge(args, base, count, rows, kill, memory, notes, offered=len(candidates))
+    if hang:  # the holders listed are real, but the picture is incomplete and a GPU is sick
+        report = report.model_copy(update=dict(verdict=Verdict.FAIL, exit_code=EXIT_FAIL,
+                                               summary=f"{hang}. {report.summary}", references=[*refs, E_HANG]))
+    return report
 
 
 def _judge(args: ReapInput, base: dict, count: int, rows: list[HolderRow], kill: KillReport | None,
