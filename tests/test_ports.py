@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -441,6 +442,17 @@ def test_cli_ports_and_port_status(net, capsys):
     assert cli.main(["ports", "70000"]) == 2
     assert "port 70000 is out of range" in capsys.readouterr().err
     assert holder.proc.poll() is None
+
+
+def test_the_suggested_confirm_command_runs_as_is(net, capsys):
+    holder = net.listen("127.0.0.1")
+    dry = kill(ports=[str(holder.port)], name_pattern="rgt-test-listen", grace_s=5, min_pid=2)
+    command = dry.next_step.split("`")[1]
+    argv = shlex.split(command)
+    assert argv[:2] == ["rgt", "ports"] and "--confirm-token" in argv
+    assert cli.main(argv[1:]) == 0
+    assert "exited_after_term" in capsys.readouterr().out
+    assert gone(holder.pid)
 
 
 # ------------------------------------------------------------------ other users (needs root to set up)

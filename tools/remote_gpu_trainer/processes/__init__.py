@@ -8,7 +8,8 @@ Modules, each small and importable on its own (nothing heavy: psutil and the sta
 ``terminate``    children first, SIGTERM, wait, optional SIGKILL, one outcome per pid
 ``launchers``    torchrun / accelerate / deepspeed launcher trees
 ``safekill``     ``safe_kill(candidates, dry_run=..., confirm_token=...)``: the entry point for tools
-``sockets``      who holds a port: /proc/net/{tcp,udp}{,6} + /proc/<pid>/fd, invisible owners
+``netlink``      sock_diag dump with an in-kernel port filter (what ``ss`` uses), stdlib only
+``sockets``      who holds a port: netlink or /proc/net/{tcp,udp}{,6}, then /proc/<pid>/fd; invisible owners
 ``ports``        port specs, port_status (free? what should torchrun use instead?)
 ``tool``         the ``kill_port_holders`` and ``port_status`` ToolSpecs
 

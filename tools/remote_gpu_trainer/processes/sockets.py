@@ -11,7 +11,7 @@ Two passes, so the cost follows the number of *matching* sockets, not of all soc
 
 bench/ports.py measures this against ``psutil.net_connections`` (which resolves every socket of
 every process), ``ss -ltnp`` and ``lsof -iTCP -sTCP:LISTEN`` with 0 / 1,000 / 10,000 extra
-listeners: see the README's benchmark table.
+listeners, in one run; the numbers go to bench/RESULTS.md.
 
 Owner kinds, because "no pid found" must never read as "the port is free":
 
@@ -19,9 +19,11 @@ Owner kinds, because "no pid found" must never read as "the port is free":
 ``invisible``  the socket exists but no readable fd points at it: a process of another user whose
                /proc/<pid>/fd we may not read, a process in another PID namespace that shares this
                network namespace (a pod sidecar, a ``--network container:`` peer), or /proc mounted
-               with ``hidepid``. The port is *held*. The socket's uid (from /proc/net) still says whose.
-``kernel``     inode 0: a TIME_WAIT / FIN_WAIT2 connection the kernel keeps after its process closed
-               it. No process to kill; it expires by itself (TIME_WAIT lasts 60 s on Linux).
+               with ``hidepid``. The port is *held*. The socket's uid (reported by the kernel) still
+               says whose.
+``kernel``     inode 0, no file: a TIME_WAIT / FIN_WAIT2 connection the kernel keeps after its process
+               closed it (TIME_WAIT lasts 60 s on Linux), or a connection still queued for a
+               listener's accept(). No process to kill; it goes away by itself or with its listener.
 """
 
 from __future__ import annotations

@@ -184,7 +184,8 @@ def _socket_rows(scan: PortScan, ports: set[int]) -> list[SocketRow]:
         if kind == "invisible":
             note = invisible_note(entry, scan.owners.unreadable)
         elif kind == "kernel":
-            note = "kept by the kernel after its process closed it (TIME_WAIT etc.); expires by itself, nothing to kill"
+            note = ("no process holds it (TIME_WAIT after close, or queued for the listener's accept); it goes "
+                    "away by itself or with its listener: nothing to kill")
         port = entry.local_port if entry.local_port in ports else entry.remote_port
         rows.append(SocketRow(port=port, proto=entry.proto, family=entry.family, local=entry.local,
                               remote=entry.remote, state=entry.state, socket_uid=entry.uid, inode=entry.inode,
