@@ -58,6 +58,8 @@ TABLE = [
     ({"precision": "fp16", "clip_grad": "at_step", "skip_on_nonfinite": True},
      {("double_unscale", "skip_update", "likely")}),
     ({"precision": "bf16", "clip_grad": "twice"}, set()),  # no scaler, no unscale_
+    ({"precision": "fp16", "clip_grad": "before_unscale"}, {("double_unscale", "clip_before_unscale", "certain")}),
+    ({"precision": "bf16", "clip_grad": "before_unscale"}, set()),
     ({"model_dtype": "fp16", "optimizer": "adam"}, {("fp16_overflow", "pure_fp16_adam", "certain")}),
     ({"precision": "fp16", "grad_scaler": "none"}, {("fp16_overflow", None, "possible")}),
     ({"fsdp": "fsdp1", "ddp_wrap": True}, {("fsdp_ddp_double_wrap", "ddp_over_fsdp", "certain")}),

@@ -44,7 +44,8 @@ EXPECTED = {
     "fsdp_opt_before_wrap": NO_INF,
 }
 CUDA_ONLY = {"bf16_model", "bf16_lora_fp16_amp"}
-SYMPTOM = {"act_overflow", "diverge", "pure_fp16_adam"}
+OVERFLOW = {"act_overflow", "diverge", "pure_fp16_adam"}
+SYMPTOM = OVERFLOW | {"clip_before_unscale"}
 CUDA_BF16_TEXT = "\"_amp_foreach_non_finite_check_and_unscale_cuda\" not implemented for 'BFloat16'"
 
 # What the torch source line that raised must contain (checked in the installed torch's file).
@@ -114,7 +115,7 @@ def test_bf16_scaler_is_cuda_only_on_cpu(by_variant, variant):
     assert r.fixed_ok
 
 
-@pytest.mark.parametrize("variant", sorted(SYMPTOM))
+@pytest.mark.parametrize("variant", sorted(OVERFLOW))
 def test_fp16_overflow_shows_nonfinite_loss_and_skipped_steps(by_variant, variant):
     r = by_variant[variant]
     assert r.status == "reproduced" and r.exception_type is None
@@ -123,6 +124,14 @@ def test_fp16_overflow_shows_nonfinite_loss_and_skipped_steps(by_variant, varian
         assert r.metrics["skipped_steps"] > r.metrics["steps"] // 2
         assert r.metrics["scale_end"] < 1e-3 * r.metrics["scale_start"]
     assert r.fixed_ok and "non-finite" not in r.fixed_detail
+
+
+def test_clipping_scaled_grads_is_measured_not_asserted(by_variant):
+    r = by_variant["clip_before_unscale"]
+    assert r.status == "reproduced" and r.exception_type is None
+    assert r.metrics["clip_saw_norm"] / r.metrics["true_norm"] == pytest.approx(65536, rel=1e-3)
+    assert r.metrics["last_loss"] > 0.99 * r.metrics["first_loss"]  # the bug: SGD barely moves
+    assert r.fixed_ok and "(true norm" in r.fixed_detail and ", 1x)" in r.fixed_detail
 
 
 def test_act_overflow_skips_every_step(by_variant):
@@ -149,7 +158,8 @@ def test_each_result_points_to_a_catalog_entry_and_diff(report):
 
 def test_plan_validates_variants():
     assert [v.name for _, v in plan("all", None)] == [c.default.name for c in cases.all_cases()]
-    assert [v.name for _, v in plan("double_unscale", "all")] == ["double_clip", "grad_accum", "skip_update"]
+    assert [v.name for _, v in plan("double_unscale", "all")] == ["double_clip", "grad_accum", "skip_update",
+                                                                  "clip_before_unscale"]
     with pytest.raises(InputError) as err:
         plan("fp16_unscale", "grad_accum")
     assert err.value.field == "variant" and "half_model" in err.value.allowed

@@ -39,9 +39,10 @@ class AmpCheckInput(StrictModel):
     grad_scaler: Literal["auto", "none", "GradScaler", "ShardedGradScaler"] = Field(
         "auto", description="Loss scaler in use; 'auto' = what HF Trainer/accelerate create (GradScaler for fp16, "
                             "ShardedGradScaler for fp16 under FSDP1, none for bf16)")
-    clip_grad: Literal["none", "at_step", "every_micro_step", "twice"] = Field(
-        "none", description="Gradient clipping: once per optimizer step, on every micro-step of gradient "
-                            "accumulation, or twice (your code and the trainer/library both unscale and clip)")
+    clip_grad: Literal["none", "at_step", "every_micro_step", "twice", "before_unscale"] = Field(
+        "none", description="Gradient clipping: once per optimizer step after scaler.unscale_ (at_step), on every "
+                            "micro-step of gradient accumulation, twice (your code and the trainer/library both "
+                            "unscale and clip), or on the still-scaled grads without scaler.unscale_ (before_unscale)")
     grad_accum_steps: int = Field(1, ge=1, le=100000, description="Gradient accumulation steps")
     skip_on_nonfinite: bool = Field(False, description="The loop skips scaler.step()/update() (e.g. `continue`) "
                                                        "when the grad norm is inf/NaN")
@@ -229,6 +230,12 @@ def _double_unscale(s: Setup) -> Prediction | None:
     c = s.cfg
     if s.scaler == "none":
         return None
+    if c.clip_grad == "before_unscale":
+        return _predict("double_unscale", "clip_before_unscale", "certain",
+                        "the grads are still multiplied by the loss scale (65536 at start) when clipped, so the real "
+                        "threshold is max_norm / scale and every step is clipped to almost nothing",
+                        "every step, silently: clip_grad_norm_ returns norms ~65536x the fp32 ones and the loss "
+                        "barely moves", failure_text="clipping scaled gradients (no error: training crawls)")
     if c.clip_grad == "twice":
         return _predict("double_unscale", "double_clip", "certain",
                         "two clipping sites each call scaler.unscale_() before one update()",

@@ -1,6 +1,7 @@
 """double_unscale: ``RuntimeError: unscale_() has already been called on this optimizer since the last update().``
 
 GradScaler keeps a per-optimizer stage (READY → UNSCALED → STEPPED); only ``update()`` resets it.
+(``clip_before_unscale`` is the silent opposite: no ``unscale_`` at all before clipping.)
 A second ``unscale_()`` before ``update()`` would divide the grads by the scale twice, so it raises.
 It happens with two clipping sites (user code and a trainer/accelerate), with clipping on every
 micro-step of gradient accumulation, and when a loop ``continue``s past step/update after a
@@ -70,6 +71,20 @@ CASE = Case(
  scaler.step(opt)                              # skips the step itself on inf/NaN
  scaler.update()                               # and halves the scale""",
         ),
+        Variant(
+            name="clip_before_unscale",
+            summary="the opposite mistake, silent: clip_grad_norm_ on the still-scaled grads (no unscale_ at all), "
+                    "so the real threshold is max_norm / scale and SGD barely moves",
+            expect=None,
+            fix="Call scaler.unscale_(opt) once, right before clipping, so clipping sees the real gradient norm.",
+            diff="""\
+ scaler.scale(loss).backward()
++scaler.unscale_(opt)
+ torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+ scaler.step(opt)
+ scaler.update()""",
+            entry=EntryRef(file="references/training/precision-stability.md", id="AMP-12"),
+        ),
     ),
 )
 
@@ -127,9 +142,49 @@ def _run(variant: str, device: str, fixed: bool) -> Observed:
                     metrics={"optimizer_steps": steps, "skipped_steps": skipped, "scale": scaler.get_scale()})
 
 
+def _clip_order(device: str, fixed: bool, steps: int = 20) -> Observed:
+    """SGD under fp16 autocast with clipping; the norm clip_grad_norm_ sees vs the true (unscaled) norm."""
+    import statistics
+
+    import torch
+
+    from . import toy
+
+    model = toy.mlp(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = toy.scaler(device)
+    x, y = toy.batch(device)
+    losses, seen, true = [], [], []
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device, dtype=torch.float16):
+            loss = toy.mse(model(x), y)
+        scaler.scale(loss).backward()
+        scale = scaler.get_scale()
+        if fixed:
+            scaler.unscale_(opt)
+            scale = 1.0
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0).item()
+        seen.append(norm)
+        true.append(norm / scale)
+        scaler.step(opt)
+        scaler.update()
+        losses.append(loss.item())
+    ratio = statistics.median(s / t for s, t in zip(seen, true, strict=True) if t > 0)
+    return Observed(symptom=ratio > 100,
+                    detail=f"{steps} SGD steps, clip_grad_norm_ saw median norm {statistics.median(seen):.4g} "
+                           f"(true norm {statistics.median(true):.4g}, {ratio:g}x), {toy.losses_summary(losses)}",
+                    metrics={"steps": steps, "clip_saw_norm": statistics.median(seen),
+                             "true_norm": statistics.median(true), "first_loss": losses[0], "last_loss": losses[-1]})
+
+
 def bug(variant: str, device: str) -> Observed:
+    if variant == "clip_before_unscale":
+        return _clip_order(device, fixed=False)
     return _run(variant, device, fixed=False)
 
 
 def fix(variant: str, device: str) -> Observed:
+    if variant == "clip_before_unscale":
+        return _clip_order(device, fixed=True)
     return _run(variant, device, fixed=True)

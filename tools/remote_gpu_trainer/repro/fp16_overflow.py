@@ -60,6 +60,7 @@ CASE = Case(
             summary="model.half() trained with Adam and no scaler (eps=1e-8 underflows to 0 in fp16)",
             expect=None,
             fix="Keep fp32 master weights: fp32 model, autocast(float16) and a GradScaler.",
+            entry=EntryRef(file="references/training/precision-stability.md", id="AMP-08"),
             diff="""\
 -model = build_model().half()
 +model = build_model()                        # fp32 master weights
