@@ -232,6 +232,8 @@ def test_code_spans(text, expected):
     ("Export the variable:\n\n```bash\nexport NCCL_P2P_DISABLE=1\n```",
      "Export the variable: `export NCCL_P2P_DISABLE=1`"),
     ("```python\nmodel = model.float()\n```\nthen retry", "model = model.float()"),
+    ("```python\nimport os, torch\n# atomic\ndef atomic_save(obj, path):\n```", "def atomic_save(obj, path):"),
+    ("either\n1. `use_orig_params=True`, or\n2. one dtype per unit", "either `use_orig_params=True`, or"),
     ("1. Lower the batch. Then more.\n2. Second", "Lower the batch."),
     ("Pick by where it failed:\n- at load → OOM-02,\n  OOM-07;\n- at step 2 → OOM-03",
      "Pick by where it failed: at load → OOM-02, OOM-07;"),

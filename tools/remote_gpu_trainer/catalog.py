@@ -274,10 +274,10 @@ _ABBREVIATIONS = re.compile(r"(?:\be\.g|\bi\.e|\betc|\bvs|\bcf|\bapprox|\bNo)\.$
 
 
 def first_sentence(markdown: str, limit: int = 300) -> str:
-    """The first sentence of the first paragraph, never cut inside a code span. A lead-in that
-    ends with ':' gets what it introduces: the first line of a code block ("Set the allocator
-    option: `export …`") or the first item of a list; a field that opens with a code block gives
-    that line. Shortened with '…' past ``limit``."""
+    """The first sentence of the first paragraph, never cut inside a code span. A lead-in that is
+    not a sentence ("Set the allocator option:", "either") gets what it introduces: the first line
+    of a code block that does something (not an import or comment), or the first list item; a
+    field that opens with a code block gives that line. Shortened with '…' past ``limit``."""
     lines = markdown.strip().splitlines()
     end = 0
     while end < len(lines) and lines[end].strip() and not _FENCE.match(lines[end]) \
@@ -288,7 +288,7 @@ def first_sentence(markdown: str, limit: int = 300) -> str:
     for m in re.finditer(r"[.!?](?=\s+[A-Z`*(\[])", text):
         if not any(s < m.end() <= e for s, e in spans) and not _ABBREVIATIONS.search(text[: m.end()]):
             return _shorten(text[: m.end()], limit)
-    if not text or text.endswith(":"):
+    if not text or not text.endswith((".", "!", "?")):  # a lead-in ("either", "Set it:") or nothing
         code, item = _introduced(lines[end:])
         text = f"{text} `{code}`" if text and code else f"{text} {item}" if text and item else text or code
     return _shorten(text, limit)
@@ -298,7 +298,10 @@ def _introduced(lines: list[str]) -> tuple[str, str]:
     """(first code line, first list item) of the block that follows a lead-in; one of them empty."""
     rest = [ln for ln in lines if ln.strip()]
     if rest and _FENCE.match(rest[0]):
-        return next((ln.strip() for ln in rest[1:] if not _FENCE.match(ln)), ""), ""
+        code = list(itertools.takewhile(lambda ln: not _FENCE.match(ln), rest[1:]))
+        # The first line that does something: imports and comments say little on their own.
+        telling = [ln.strip() for ln in code if not re.match(r"\s*(?:#|//|import |from \S+ import )", ln)]
+        return (telling or [ln.strip() for ln in code] or [""])[0], ""
     if rest and _BULLET.match(rest[0]):
         item = [_BULLET.sub("", rest[0], count=1).strip()]
         item += [ln.strip() for ln in itertools.takewhile(lambda ln: ln[:1] in (" ", "\t"), rest[1:])]
