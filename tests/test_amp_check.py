@@ -87,6 +87,15 @@ def test_verdict_follows_the_strongest_prediction():
     assert check(AmpCheckInput(precision="fp16", clip_grad="at_step", skip_on_nonfinite=True)).verdict is Verdict.WARN
 
 
+def test_advice_for_settings_that_do_not_fail_by_themselves():
+    ids = {a.entry.id for a in check(AmpCheckInput(precision="bf16", grad_scaler="GradScaler", lora=True,
+                                                   gradient_checkpointing="reentrant")).advice}
+    assert ids == {"AMP-04", "OOM-08"}
+    assert not check(AmpCheckInput(lora=True, gradient_checkpointing="reentrant", inputs_require_grad=True)).advice
+    fsdp2 = check(AmpCheckInput(fsdp="fsdp2", precision="fp16", grad_scaler="ShardedGradScaler"))
+    assert [a.entry.id for a in fsdp2.advice] == ["AMP-07"]
+
+
 def test_auto_scaler_matches_what_trainers_create():
     assert resolve(AmpCheckInput(precision="fp16")).scaler == "GradScaler"
     assert resolve(AmpCheckInput(precision="fp16", fsdp="fsdp1")).scaler == "ShardedGradScaler"

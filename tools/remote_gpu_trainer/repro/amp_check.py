@@ -87,6 +87,13 @@ class Prediction(StrictModel):
     entry: EntryRef
 
 
+class Advice(StrictModel):
+    """Not a failure this setup will hit, but a setting worth changing, with where to read more."""
+
+    text: str
+    entry: EntryRef
+
+
 class ResolvedSetup(StrictModel):
     trainable_dtype: Dtype
     scaler: Literal["none", "GradScaler", "ShardedGradScaler"]
@@ -98,6 +105,7 @@ class AmpCheckResult(StrictModel):
     verdict: Verdict = Field(description="FAIL: a certain failure; WARN: likely/possible ones; PASS: none predicted")
     resolved: ResolvedSetup
     predictions: list[Prediction]
+    advice: list[Advice] = Field(description="Settings worth changing that do not fail by themselves")
     notes: list[str]
     confirmations: list[CaseResult] = Field(default_factory=list, description="repro_scaler_bug results for "
                                                                            "the predicted variants (confirm=true)")
@@ -284,22 +292,29 @@ RULES: tuple[Callable[[Setup], Prediction | None], ...] = (
 )
 
 
-def _notes(s: Setup) -> list[str]:
+def _advice(s: Setup) -> list[Advice]:
     c = s.cfg
-    notes = []
+    advice = []
     if c.precision == "bf16" and s.scaler != "none":
-        notes.append("bf16 has fp32's exponent range: a loss scaler is unnecessary with bf16.")
+        advice.append(Advice(text="bf16 has fp32's exponent range: the loss scaler does nothing useful with bf16 "
+                                  "(and with bf16 grads it fails on CUDA); drop it.",
+                             entry=EntryRef(file="references/training/precision-stability.md", id="AMP-04")))
     if c.gradient_checkpointing == "reentrant" and c.lora and not c.inputs_require_grad:
-        notes.append("Reentrant checkpointing with a frozen base: adapters inside checkpointed blocks get no grads "
-                     "unless the inputs require grad (enable_input_require_grads(), or use_reentrant=False); if "
-                     "nothing else trains, backward fails with 'element 0 of tensors does not require grad'.")
+        advice.append(Advice(text="Reentrant checkpointing with a frozen base: adapters inside checkpointed blocks "
+                                  "get no grads unless the inputs require grad (enable_input_require_grads(), or "
+                                  "use_reentrant=False); if nothing else trains, backward fails with 'element 0 of "
+                                  "tensors does not require grad'.",
+                             entry=EntryRef(file="references/training/oom-memory.md", id="OOM-08")))
     if c.fsdp == "fsdp2" and s.scaler == "ShardedGradScaler":
-        notes.append("ShardedGradScaler is the FSDP1 scaler; with FSDP2 (fully_shard) and fp32 params the regular "
-                     "torch.amp.GradScaler is the documented choice.")
-    if c.optimizer == "other" and s.grad != s.trainable:
-        notes.append("Custom optimizers may accept low-precision grads (that is what keep_low_precision_grads is "
-                     "for); the Adam dtype rule was not applied.")
-    return notes
+        advice.append(Advice(text="ShardedGradScaler is the FSDP1 scaler; with FSDP2 (fully_shard) and fp32 params "
+                                  "use the regular torch.amp.GradScaler.",
+                             entry=EntryRef(file="references/training/precision-stability.md", id="AMP-07")))
+    if c.optimizer == "other" and s.grad != s.state:
+        advice.append(Advice(text="Grads and optimizer state differ in dtype: fine only for an optimizer built for "
+                                  "low-precision grads (what keep_low_precision_grads is for); stock Adam/AdamW "
+                                  "fail.",
+                             entry=EntryRef(file="references/training/distributed-launch.md", id="DIST-23")))
+    return advice
 
 
 def check(cfg: AmpCheckInput) -> AmpCheckResult:
@@ -314,4 +329,4 @@ def check(cfg: AmpCheckInput) -> AmpCheckResult:
         verdict = Verdict.PASS
     resolved = ResolvedSetup(trainable_dtype=s.trainable, scaler=s.scaler, grad_dtype=s.grad,
                              optimizer_state_dtype=s.state)
-    return AmpCheckResult(verdict=verdict, resolved=resolved, predictions=predictions, notes=_notes(s))
+    return AmpCheckResult(verdict=verdict, resolved=resolved, predictions=predictions, advice=_advice(s), notes=[])

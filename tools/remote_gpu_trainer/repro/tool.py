@@ -163,6 +163,7 @@ def render_amp(result: AmpCheckResult) -> str:
                                                                               else "]"),
                   f"  why:   {p.why}", f"  when:  {p.condition}", f"  fix:   {p.fix}",
                   f"  entry: {p.entry.file} {p.entry.id}"]
+    lines += [f"advice: {a.text} ({a.entry.file} {a.entry.id})" for a in result.advice]
     lines += [f"note: {n}" for n in result.notes]
     if result.confirmations:
         lines += ["", f"confirmed on torch {result.torch_version}:"]
