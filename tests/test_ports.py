@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shlex
 import shutil
 import signal
@@ -113,10 +114,12 @@ def confirm(ports, **arguments):
 
 
 def free_port_below_ephemeral() -> int:
-    for port in range(21000, 22000):
+    """A free port below the usual ephemeral range; a random start keeps concurrent runs apart."""
+    start = random.randrange(20000, 28000)
+    for port in range(start, start + 500):
         if STATUS.call({"port": port}).free:
             return port
-    pytest.skip("no free port in 21000-21999")
+    pytest.skip(f"no free port in {start}-{start + 499}")
 
 
 # ------------------------------------------------------------------ parsing (pure)
