@@ -71,6 +71,7 @@ E_NOT_LOADED = EntryRef(file="references/gotchas_universal.md", id="GOT-12")
 E_NO_DEVICES = EntryRef(file="references/gotchas_universal.md", id="GOT-13")
 E_NO_LIBRARY = EntryRef(file="references/gotchas_universal.md", id="GOT-17")
 E_FABRIC = EntryRef(file="references/multinode.md", id="NODE-05")
+E_GPU_BUSY = EntryRef(file="references/training/oom-memory.md", id="OOM-06")
 
 
 class Check(StrictModel):
@@ -488,7 +489,8 @@ def check_vram_processes(gpu: GpuSnapshot, ctx: GpuContext) -> Check:
                      explanation=f"VRAM held by {', '.join(sorted(c.value for c in stale))} process(es): run "
                                  "reap_vram_zombies (dry run) for the remedy of each", entry=entry)
     return Check(name=name, verdict=Verdict.WARN, observed=observed, threshold=threshold,
-                 explanation="the GPU is already in use by a running job: a new run shares its memory and compute")
+                 explanation="the GPU is already in use by a running job: a new run shares its memory and compute",
+                 entry=E_GPU_BUSY)
 
 
 def check_vram_unattributed(gpu: GpuSnapshot, ctx: GpuContext) -> Check:
