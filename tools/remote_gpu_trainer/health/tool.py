@@ -13,10 +13,14 @@ from collections.abc import Callable
 from pydantic import Field
 
 from ..models import StrictModel, Verdict
+from ..processes.safekill import safe_kill
 from ..tables import format_table, gib
 from ..toolspec import Progress, ToolSpec
+from .backend import NvmlBackend, PynvmlBackend
 from .checks import Check
+from .holders import ProcessSource
 from .probe import EXIT_CODES_DOC, HealthReport, probe
+from .xid import KernelLog, read_kernel_log
 from .zombies import ReapInput, ZombieReport, reap
 
 FAKE_ENV = "RGT_HEALTH_FAKE"
@@ -33,32 +37,28 @@ class HealthInput(StrictModel):
                              "a hang past it is reported as FAIL with the call that hung. Does not include sample_s.")
 
 
-def _sources() -> tuple[object, object | None, Callable | None]:
-    """(backend, process source, kernel-log reader): a named fake when RGT_HEALTH_FAKE is set."""
+def _sources() -> tuple[NvmlBackend, ProcessSource | None, Callable[[], KernelLog]]:
+    """(backend, process source, kernel-log reader): a named fake when RGT_HEALTH_FAKE is set.
+    A source of None means this machine's processes."""
     name = os.environ.get(FAKE_ENV)
     if name:
         from .fakes import scenario
 
         fake = scenario(name)
         return fake.backend, fake.processes, fake.read_kernel_log
-    from .backend import PynvmlBackend
-
-    return PynvmlBackend(), None, None
+    return PynvmlBackend(), None, read_kernel_log
 
 
 def gpu_health(args: HealthInput, progress: Progress) -> HealthReport:
     backend, processes, kernel_log = _sources()
-    extra = {"kernel_log": kernel_log} if kernel_log else {}
-    return probe(backend, expect_gpus=args.expect_gpus, indices=args.indices, sample_s=args.sample_s,  # type: ignore[arg-type]
-                 timeout_s=args.timeout_s, processes=processes, progress=progress, **extra)  # type: ignore[arg-type]
+    return probe(backend, expect_gpus=args.expect_gpus, indices=args.indices, sample_s=args.sample_s,
+                 timeout_s=args.timeout_s, kernel_log=kernel_log, processes=processes, progress=progress)
 
 
 def reap_vram_zombies(args: ReapInput, progress: Progress) -> ZombieReport:
     backend, processes, _ = _sources()
-    from ..processes.safekill import safe_kill
-
     kill_step = None if processes is not None else safe_kill  # a fake's pids are not this machine's processes
-    return reap(args, backend, processes=processes, kill_step=kill_step, progress=progress)  # type: ignore[arg-type]
+    return reap(args, backend, processes=processes, kill_step=kill_step, progress=progress)
 
 
 # --- rendering ------------------------------------------------------------------------------------

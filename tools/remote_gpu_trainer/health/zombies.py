@@ -75,7 +75,8 @@ def _row(holder: Holder) -> HolderRow:
     return HolderRow(gpu=holder.gpu, pid=holder.pid, kind=holder.cls, nvml_listed=holder.nvml_listed,
                      used_bytes=holder.used_bytes, command=holder.command[:400],
                      user=(info.username or (str(info.uid) if info.uid is not None else None)) if info else None,
-                     status=info.status if info else None, age_s=round(holder.age_s, 1) if holder.age_s else None,
+                     status=info.status if info else None,
+                     age_s=round(holder.age_s, 1) if holder.age_s is not None else None,
                      holds_device=holder.holds_device, candidate=holder.candidate, reason=holder.reason,
                      remedy=holder.remedy, local_holders=list(holder.local_holders))
 
