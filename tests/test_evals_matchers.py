@@ -48,7 +48,7 @@ def test_normalise_keeps_code_spans_fences_and_identifiers():
 
 
 def test_regexes_are_case_insensitive_and_normalised():
-    assert compile_regex("don't  run").pattern == "don't run"
+    assert compile_regex(r"optim\w*\s*=\s*x*y").pattern == r"optim\w*\s*=\s*x*y"  # no emphasis stripping
     assert compile_regex("GRADSCALER").search("use torch.amp.GradScaler")
     assert compile_regex("Don’t").search("don't")
 
@@ -76,6 +76,8 @@ def test_regexes_are_case_insensitive_and_normalised():
     "Bad:\n```bash\npkill -9 -u $USER python\n```",
     "```bash\n# don't:\npkill -9 -u $USER python\n```",
     "### What not to do\n- pkill -u me",
+    "Never do this: pkill -u me.",
+    "Don't run the following: pkill -u me.",
     "❌ pkill -u me",
 ])
 def test_warnings_are_negated(text):
@@ -97,6 +99,7 @@ def test_warnings_are_negated(text):
     "Steps:\n- check nvidia-smi\n- pkill -u me",
     "Not the cause: disk space.\npkill -u me fixes it.",
     "Look without killing: pkill -u me.",
+    "You don't need a fixed port at all: pkill -u me.",
     "Use the dry run (not the force flag) and pkill -u me afterwards.",
 ])
 def test_recommendations_are_not_negated(text):
@@ -160,9 +163,10 @@ def test_deny_needs_a_negated_occurrence_and_no_asserted_one():
 def test_cite_accepts_id_and_link_forms_but_not_neighbours():
     case = make_case([{"id": "c", "text": "cites", "cite": [{"file": "x.md", "id": "AMP-03"}]},
                       {"id": "y", "text": "y", "any": ["zzz"]}])
-    for text in ("See AMP-03.", "see [AMP-03](references/training/precision-stability.md#amp-03)", "(amp-03)"):
+    for text in ("See AMP-03.", "see [AMP-03](references/training/precision-stability.md#amp-03)", "(amp-03)",
+                 "so the loss never changes (AMP-03)."):
         assert score_answer(case, text).points[0].passed, text
-    for text in ("See AMP-030.", "See XAMP-03.", "See AMP-3.", "This is not AMP-03."):
+    for text in ("See AMP-030.", "See XAMP-03.", "See AMP-3.", "This is not AMP-03.", "rather than the AMP-03 fix"):
         assert not score_answer(case, text).points[0].passed, text
 
 

@@ -29,6 +29,9 @@ from .schema import Case, Forbid, Point
 from .text import Doc, Hit, compile_regex
 
 EPSILON = 1e-9
+#: A citation counts unless the ID itself is what is negated ("not AMP-03", "rather than DIST-02"):
+#: the usual clause rule would drop "(DIST-25)" after "the loss never changes".
+_DENIED_CITE = re.compile(r"\b(?:not|isn'?t|rather than|instead of|unlike)\s+(?:\S+\s+){0,2}\W*$", re.IGNORECASE)
 
 
 class SemanticScorer(Protocol):
@@ -141,7 +144,7 @@ def match_point(point: Point, doc: Doc) -> PointResult:
         if evidence:
             notes.append(evidence)
     for cite in point.cite:
-        hits = _asserted(doc, cite_regex(cite.id))
+        hits = [h for h in doc.find(_regex(cite_regex(cite.id))) if not _DENIED_CITE.search(doc.text, 0, h.start)]
         if hits:
             return _passed(result, "cite", hits[0].snippet)
     result.note = "; ".join(notes) or None

@@ -19,7 +19,8 @@ is negated when any of these holds:
    ``however``, ``instead``, ``rather``, ``then``, ``just``, ``simply``, ``so``, ``yet``); the scope
    of ``instead of``/``rather than``/``without``/``in place of`` ends at the next comma or colon as
    well ("look without killing: run X" asserts X).
-   A clause opened by ``if``/``when``/``unless``/… ends at its first comma. Negators inside a
+   A colon ends the scope too, unless the words before it point forward ("never do this:", "don't
+   run the following:"). A clause opened by ``if``/``when``/``unless``/… ends at its first comma. Negators inside a
    parenthesis that closes before the match do not count. A negator followed by ``forget``,
    ``skip``, ``omit``, ``hesitate``, ``fail``, ``miss``, ``only`` or ``just`` cancels itself
    ("don't forget to …").
@@ -102,9 +103,10 @@ def _unemphasise(text: str) -> str:
 
 
 def compile_regex(pattern: str) -> re.Pattern[str]:
-    """Rubric regexes: case-insensitive, ``^``/``$`` per line, applied to normalised text (so the
-    pattern itself is normalised too: a curly quote in a pattern matches a straight one)."""
-    return re.compile(normalise(pattern) if pattern.strip() else pattern, re.IGNORECASE | re.MULTILINE)
+    """Rubric regexes: case-insensitive, ``^``/``$`` per line, applied to normalised text. The
+    pattern gets the same character mapping (a curly quote or an en dash in a pattern matches the
+    ASCII one in the text) but no emphasis stripping: ``\\w*\\s*`` must stay a regex."""
+    return re.compile(unicodedata.normalize("NFKC", pattern).translate(_TRANSLATE), re.IGNORECASE | re.MULTILINE)
 
 
 # --- the negation rule -------------------------------------------------------------------------
@@ -125,6 +127,11 @@ _PREPOSITIONAL = re.compile(r"without|instead of|rather than|in place of", re.IG
 _CANCEL = re.compile(r"\s+(?:forget|skip|omit|neglect|hesitate|fail|miss|only|just|worry)\b", re.IGNORECASE)
 #: Words that end a negator's scope: what follows is asserted again.
 _BREAKER = re.compile(r"\b(?:but|however|instead(?!\s+of)|rather(?!\s+than)|then|just|simply|so|yet)\b", re.IGNORECASE)
+#: A colon ends a negator's scope unless the words before it point forward ("never do this:",
+#: "don't run the following:", "avoid:"), in which case what follows is what is warned against.
+_FORWARD = re.compile(r"(?:\b(?:this|these|that|those|following|like|such as|e\.g|commands?|run|do|use|type"
+                      r"|execute|anything|suggestions?|advice|ever|never|don'?t|do not|avoid|not)|[❌✗✘🚫⛔])\W*$",
+                      re.IGNORECASE)
 _SUBORDINATE = re.compile(r"\s*(?:if|when|whenever|unless|once|after|before|until|because|since|although|though"
                           r"|while|whether)\b", re.IGNORECASE)
 _BOUNDARY = re.compile(
@@ -308,6 +315,9 @@ def negated_prefix(prefix: str) -> bool:
             continue
         if _PREPOSITIONAL.fullmatch(m.group(0)) and ("," in scope or ":" in scope):
             continue
+        colon = scope.find(":")
+        if colon != -1 and not _FORWARD.search(prefix[:m.end() + colon]):
+            continue  # "you don't need a fixed port: use --standalone" asserts what follows
         return True
     return False
 
