@@ -309,3 +309,18 @@ def test_every_entry_ref_names_an_existing_catalog_entry():
     for ref in refs:
         text = (skill_root() / ref.file).read_text()
         assert f"### {ref.id} " in text, ref
+
+
+def test_no_driver_diagnosis_from_pci_and_device_files(tmp_path):
+    from remote_gpu_trainer.health.probe import _where_the_gpu_went, pci_nvidia_gpus
+
+    for address, vendor, klass in (("0000:3b:00.0", "0x10de", "0x030200"), ("0000:3c:00.0", "0x10de", "0x040300"),
+                                   ("0000:00:02.0", "0x8086", "0x030000")):
+        (tmp_path / address).mkdir()
+        (tmp_path / address / "vendor").write_text(vendor + "\n")
+        (tmp_path / address / "class").write_text(klass + "\n")
+    assert pci_nvidia_gpus(str(tmp_path)) == ["0000:3b:00.0"]  # the NVIDIA audio function is not a GPU
+    assert "no NVIDIA GPU is attached" in _where_the_gpu_went(False, False, in_container=False)
+    assert "started without --gpus" in _where_the_gpu_went(True, False, in_container=True)
+    assert "not installed or not loaded" in _where_the_gpu_went(True, False, in_container=False)
+    assert "user-space library" in _where_the_gpu_went(True, True, in_container=True)

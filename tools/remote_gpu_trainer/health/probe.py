@@ -103,14 +103,27 @@ def _verdict_exit(verdict: Verdict, no_gpu: bool) -> int:
     return {Verdict.FAIL: EXIT_FAIL, Verdict.UNKNOWN: EXIT_UNKNOWN}.get(verdict, EXIT_OK)
 
 
+def _where_the_gpu_went(on_pci: bool, device_nodes: bool, in_container: bool) -> str:
+    """What the PCI bus and /dev say when NVML cannot load: no GPU at all, or a GPU without a usable driver."""
+    if not on_pci and not device_nodes:
+        return ("no NVIDIA GPU is attached here (a CPU-only machine" +
+                (", or a container started without --gpus / the NVIDIA runtime)" if in_container else ")"))
+    if device_nodes:
+        return ("the GPU device files are here but the driver's user-space library is not: the NVIDIA container "
+                "runtime did not mount it, or the driver install is incomplete")
+    return ("a GPU is on the PCI bus but there are no /dev/nvidia* files: " +
+            ("the container was started without --gpus / the NVIDIA runtime" if in_container
+             else "the NVIDIA driver is not installed or not loaded"))
+
+
 def no_nvml_report(status: NvmlStatus, backend: str, expect_gpus: int | None, in_container: bool,
                    started: float) -> HealthReport:
     pci = pci_nvidia_gpus()
     nodes = sorted(glob.glob("/dev/nvidia[0-9]*"))
     seen = (f"PCI: {len(pci)} NVIDIA GPU(s){' (' + ', '.join(pci[:4]) + ')' if pci else ''}; "
             f"/dev/nvidia*: {', '.join(nodes[:4]) if nodes else 'none'}")
-    if pci and status.reason in NO_GPU_REASONS:
-        seen += " → a GPU is installed but the driver stack is not usable here"
+    if status.reason in NO_GPU_REASONS:
+        seen += f" → {_where_the_gpu_went(bool(pci), bool(nodes), in_container)}"
     driver = Check(name="nvml_driver", verdict=Verdict.FAIL, observed=status.detail, threshold="NVML initialises",
                    explanation=seen, entry=_driver_entry(status.reason))
     threshold = f"= {expect_gpus}" if expect_gpus is not None else "≥ 1"
