@@ -12,13 +12,14 @@ import time
 from pathlib import Path
 
 import pytest
+from mcp import Client
 
 from remote_gpu_trainer import cli
 from remote_gpu_trainer.errors import InputError
 from remote_gpu_trainer.repro import cases
 from remote_gpu_trainer.repro.runner import Job, run_jobs
 from remote_gpu_trainer.repro.tool import SPECS, ReproInput, plan, repro
-from remote_gpu_trainer.repro.worker import TEST_HOOKS_ENV
+from remote_gpu_trainer.repro.worker import TEST_HOOKS_ENV, _test_hook
 from remote_gpu_trainer.toolspec import no_progress
 
 from .conftest import call_error, call_ok
@@ -187,21 +188,24 @@ def test_hung_and_crashed_cases_are_killed_and_the_rest_still_run():
     assert elapsed < 90  # generous: three torch imports on a busy box; a missed kill would hang far longer
 
 
-def test_hooks_are_off_without_the_env_var():
-    run = run_jobs([Job("_hang", "x")], device="cpu", timeout_s=30)
-    assert run.results[0]["status"] == "crashed"  # unknown case: the worker refuses it instead of hanging
+def test_hooks_are_off_without_the_env_var(monkeypatch):
+    monkeypatch.delenv(TEST_HOOKS_ENV, raising=False)
+    assert _test_hook("_hang") is None and _test_hook("_crash") is None
+    monkeypatch.setenv(TEST_HOOKS_ENV, "1")
+    assert _test_hook("_hang") is not None and _test_hook("fp16_unscale") is None
 
 
 @pytest.mark.anyio
-async def test_mcp_call_returns_structured_result_and_progress(client):
+async def test_mcp_call_returns_structured_result_and_progress(server):
     seen = []
 
     async def on_progress(progress, total, message):
         seen.append(message)
 
-    result = await client.call_tool("repro_scaler_bug", {"case": "double_unscale", "variant": "grad_accum",
-                                                         "device": "cpu", "timeout_s": 60},
-                                    progress_callback=on_progress)
+    async with Client(server, mode="legacy") as client:  # one mode: each call starts a torch worker
+        result = await client.call_tool("repro_scaler_bug", {"case": "double_unscale", "variant": "grad_accum",
+                                                             "device": "cpu", "timeout_s": 60},
+                                        progress_callback=on_progress)
     assert not result.is_error
     data = result.structured_content
     [r] = data["results"]
