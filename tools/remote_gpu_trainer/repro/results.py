@@ -38,6 +38,7 @@ class CaseResult(StrictModel):
     case: str
     variant: str
     summary: str = Field(description="What the buggy code does")
+    why: str = Field(description="The mechanism: why torch raises (or misbehaves) here")
     status: Status = Field(description=STATUS_HELP)
     reproduced: bool
     cuda_only: bool = Field(description="The exact error is raised only by a CUDA kernel")
@@ -106,7 +107,7 @@ def _bug_status(case: Case, variant: Variant, raw: dict[str, Any]) -> tuple[Stat
 
 def judge(case: Case, variant: Variant, raw: dict[str, Any], torch_version: str | None) -> CaseResult:
     """One :class:`CaseResult` from a raw worker result or a runner failure record."""
-    common = {"case": case.name, "variant": variant.name, "summary": variant.summary,
+    common = {"case": case.name, "variant": variant.name, "summary": variant.summary, "why": case.why,
               "cuda_only": variant.cuda_only, "fix": variant.fix, "fix_diff": variant.diff,
               "torch_version": torch_version, "entry": case.entry_for(variant)}
     if "status" in raw:  # timeout / crashed before the worker could report

@@ -107,7 +107,7 @@ def _indent(text: str, prefix: str = "    ") -> str:
 
 
 def render_case(r: CaseResult) -> str:
-    lines = [f"{r.case} / {r.variant} — {r.status}", f"  what:    {r.summary}"]
+    lines = [f"{r.case} / {r.variant} — {r.status}", f"  what:    {r.summary}", f"  why:     {r.why}"]
     if r.message is not None:
         rank = f" (rank {r.root_cause_rank})" if r.root_cause_rank is not None else ""
         lines.append(f"  error:   {r.exception_type}: {r.message}{rank}")
