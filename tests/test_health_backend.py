@@ -244,10 +244,16 @@ def test_gpu_lost_mid_read_stops_reading_that_gpu(lib, code):
     assert "nvmlDeviceGetComputeMode" not in lib.calls  # and nothing after it is attempted
 
 
-def test_no_handle_means_lost(lib):
+def test_no_handle_means_lost_unless_refused(lib):
+    from remote_gpu_trainer.health.checks import lost_check
+
     lib.fail("nvmlDeviceGetHandleByIndex", NV.NVML_ERROR_UNKNOWN, index=0)
+    lib.fail("nvmlDeviceGetHandleByIndex", NV.NVML_ERROR_NO_PERMISSION, index=1)
     gpu = read(0)
     assert gpu.lost is not None and gpu.lost.call == "nvmlDeviceGetHandleByIndex"
+    assert lost_check(gpu).verdict is Verdict.FAIL
+    refused = read(1)
+    assert refused.lost.kind is ErrorKind.NO_PERMISSION and lost_check(refused).verdict is Verdict.UNKNOWN
 
 
 def test_function_not_found_falls_back_to_older_api_versions(lib):

@@ -569,9 +569,15 @@ GPU_CHECKS: tuple[Callable[[GpuSnapshot, GpuContext], Check], ...] = (
 
 
 def lost_check(gpu: GpuSnapshot) -> Check:
+    """A GPU NVML cannot open. Lost / reset required / an unknown error is FAIL; being refused
+    (no permission, e.g. a GPU not passed into this container) is UNKNOWN: we learned nothing."""
     assert gpu.lost is not None
-    return Check(name="reachable", verdict=Verdict.FAIL, threshold="GPU answers NVML",
-                 observed=f"{gpu.lost.call}: {gpu.lost.detail or gpu.lost.kind}",
+    observed = f"{gpu.lost.call}: {gpu.lost.detail or gpu.lost.kind}"
+    if gpu.lost.kind in (ErrorKind.NO_PERMISSION, ErrorKind.NOT_SUPPORTED):
+        return Check(name="reachable", verdict=Verdict.UNKNOWN, threshold="GPU answers NVML", observed=observed,
+                     explanation="NVML may not open this GPU here (not passed into this container, or device "
+                                 "permissions): its health is unknown")
+    return Check(name="reachable", verdict=Verdict.FAIL, threshold="GPU answers NVML", observed=observed,
                  explanation="the GPU is lost or needs a reset (often XID 79, fallen off the bus): nothing can run on "
                              "it until a reset or reboot; move the job", entry=E_LOST)
 

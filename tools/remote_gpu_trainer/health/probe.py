@@ -256,11 +256,13 @@ def probe(backend: NvmlBackend, *, expect_gpus: int | None = None, indices: list
           processes: ProcessSource | None = None, progress: Progress = no_progress) -> HealthReport:
     """Run every check and return the report. See the module docstring for the order of work."""
     started = time.monotonic()
-    deadline = started + timeout_s
     source = processes or LocalProcesses()
     status = backend.open(timeout_s)
     if not status.ok:
         return no_nvml_report(status, backend.name, expect_gpus, source.in_container(), started)
+    # A fresh budget for the reads: a slow first nvmlInit (no persistence mode) must not turn into a
+    # false "hang" on the GPUs read after it.
+    deadline = time.monotonic() + timeout_s
     count = status.device_count or 0
     selected = select_indices(indices, count)
     snapshots: dict[int, GpuSnapshot] = {}

@@ -33,8 +33,9 @@ class HealthInput(StrictModel):
                                       "bus order); default all. The GPU count is still checked against expect_gpus.")
     sample_s: float = Field(0.0, ge=0, le=10, description="Sampling window in seconds for cumulative counters "
                             "(thermal/power violation time, PCIe replays, NVLink errors). 0 = instantaneous only.")
-    timeout_s: float = Field(30.0, ge=1, le=300, description="Longest total wait for NVML (init plus every GPU); "
-                             "a hang past it is reported as FAIL with the call that hung. Does not include sample_s.")
+    timeout_s: float = Field(30.0, ge=1, le=300, description="Longest wait for NVML to initialise, and again for "
+                             "reading all GPUs; a call still blocked after it is reported as FAIL naming the call. "
+                             "sample_s comes on top.")
 
 
 def _sources() -> tuple[NvmlBackend, ProcessSource | None, Callable[[], KernelLog]]:
