@@ -184,7 +184,8 @@ def reap(args: ReapInput, backend: NvmlBackend, *, processes: ProcessSource | No
     report = _judge(args, base, count, rows, kill, memory, notes, offered=len(candidates))
     if hang:  # the holders listed are real, but the picture is incomplete and a GPU is sick
         report = report.model_copy(update=dict(verdict=Verdict.FAIL, exit_code=EXIT_FAIL,
-                                               summary=f"{hang}. {report.summary}", references=[*refs, E_HANG]))
+                                               summary=f"{hang}. {report.summary}",
+                                               references=refs if E_HANG in refs else [*refs, E_HANG]))
     return report
 
 
