@@ -147,3 +147,12 @@ def test_known_tools_match_the_contract():
     registered = {spec.name for spec in registry.all_specs()}
     assert registered <= set(KNOWN_TOOLS), registered - set(KNOWN_TOOLS)
     assert len(KNOWN_TOOLS) == len(set(KNOWN_TOOLS)) == 12
+
+
+def test_shipped_cases_meet_the_issue_bar():
+    """At least 60 cases, each with two or more rubric points, and every MCP tool named by one."""
+    cases = load_cases(ROOT / "evals" / "cases.jsonl")
+    assert len(cases) >= 60
+    assert not [c.id for c in cases if len(c.rubric) < 2]
+    assert set(KNOWN_TOOLS) <= {t for c in cases for t in c.tools}
+    assert not [c.id for c in cases if c.problems]
