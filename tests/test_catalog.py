@@ -127,6 +127,7 @@ BAD_EXPECTED = [
     ("SKILL.md", 5, None, "link-target"),        # ../../../README.md escapes the skill
     ("profiles/newcloud.md", 22, "OTHER-01", "id-prefix"),  # second prefix in one file
     ("profiles/newcloud.md", 35, "OOM-12", "id-prefix"),    # prefix owned by oom-memory.md
+    ("references/training/distributed-launch.md", 22, "DIST-02", "signature-backtracking"),  # (?:\w+\s*)+
     (OOM, 3, None, "entry-heading"),             # OOM-1: one digit
     (OOM, 7, None, "entry-heading"),             # hyphen instead of em dash
     (OOM, 11, None, "entry-heading"),            # level 2
@@ -264,6 +265,14 @@ def test_signature_analysis(pattern, needles, words, literal_chars, spans_lines)
     sig = compile_signature(pattern, 1)
     assert (sig.needles, set(sig.words), sig.literal_chars, sig.spans_lines) == (
         needles, words, literal_chars, spans_lines)
+
+
+@pytest.mark.parametrize(("pattern", "nested"), [
+    (r"(a+)+b", True), (r"(?:\s+\S+)*X", True), (r"(?:(?:a)*b)+", True),
+    (r"foo.*bar", False), (r"(?:ab|cd)+", False), (r"(x{1,3})+", False), (r"(x+){1,3}", False),
+])
+def test_nested_unbounded_repeats_are_flagged(pattern, nested):
+    assert compile_signature(pattern, 1).nested_repeats is nested
 
 
 def test_prefilter_never_rejects_a_matching_line():

@@ -125,6 +125,8 @@ class Signature:
     literal_chars: int
     """How many fixed characters a match needs: the signature's specificity."""
     spans_lines: bool
+    nested_repeats: bool = False
+    """An unbounded repeat inside another (``(a+)+``): may backtrack exponentially on a long line."""
 
 
 @dataclass(frozen=True)
@@ -351,6 +353,15 @@ class _Shape:
     runs: list[str] = field(default_factory=list)
     literal_chars: int = 0
     newline: bool = False
+    unbounded: bool = False
+    """Contains a repeat without an upper bound (``+``, ``*``, ``{n,}``)."""
+    nested: bool = False
+    """An unbounded repeat inside another, e.g. ``(a+)+``: the shape of catastrophic backtracking."""
+
+    def absorb(self, inner: _Shape) -> None:
+        self.newline |= inner.newline
+        self.unbounded |= inner.unbounded
+        self.nested |= inner.nested
 
 
 # Character-class categories that include "\n".
@@ -420,10 +431,13 @@ def _analyse(pattern: str) -> _Shape:
                     shape.newline = True
                 walk(av[-1] if op is c.SUBPATTERN else av, shape)
             elif op in repeats:
-                low, _high, body = av
+                low, high, body = av
                 inner = _Shape()
                 walk(body, inner)
-                shape.newline |= inner.newline
+                shape.absorb(inner)
+                if high == c.MAXREPEAT:
+                    shape.nested |= inner.unbounded
+                    shape.unbounded = True
                 if low >= 1:
                     shape.runs += inner.runs
                     shape.literal_chars += inner.literal_chars * low
@@ -431,12 +445,12 @@ def _analyse(pattern: str) -> _Shape:
                 branches = [_Shape() for _ in av[1]]
                 for branch, body in zip(branches, av[1], strict=True):
                     walk(body, branch)
-                shape.newline |= any(b.newline for b in branches)
+                    shape.absorb(branch)
                 shape.literal_chars += min(b.literal_chars for b in branches)
             elif op in (c.ASSERT, c.ASSERT_NOT):
                 inner = _Shape()
                 walk(av[1], inner)
-                shape.newline |= inner.newline
+                shape.absorb(inner)
             elif op is not c.AT:
                 shape.newline = True  # group references, conditionals: assume the worst
         flush()
@@ -458,7 +472,8 @@ def compile_signature(pattern: str, line: int) -> Signature:
         # Only pieces with a non-word character on both sides inside the run are whole words.
         words.update(piece for piece in _WORD_SPLIT.split(run)[1:-1] if len(piece) >= 3)
     needles = tuple(sorted({r for r in shape.runs if len(r) >= 3}, key=lambda r: (-len(r), r)))
-    return Signature(pattern, regex, line, needles, frozenset(words), shape.literal_chars, shape.newline)
+    return Signature(pattern, regex, line, needles, frozenset(words), shape.literal_chars, shape.newline,
+                     shape.nested)
 
 
 # --------------------------------------------------------------------------------------------
@@ -674,6 +689,10 @@ def _check_signatures(entry: Entry, problems: list[Problem]) -> None:
             problems.append(Problem(entry.file, sig.line, entry.id, "signature-generic",
                                     f"`{sig.pattern}` demands only {sig.literal_chars} fixed characters "
                                     f"(at least {MIN_SIGNATURE_LITERALS})"))
+        if sig.nested_repeats:
+            problems.append(Problem(entry.file, sig.line, entry.id, "signature-backtracking",
+                                    f"`{sig.pattern}` nests unbounded repeats (like `(a+)+`), which can take "
+                                    "exponential time on a long log line; bound the inner or outer repeat"))
     symptom = entry.symptom_plain
     if entry.signatures and not any(s.regex.search(symptom) for s in entry.signatures):
         problems.append(Problem(entry.file, entry.signatures[0].line, entry.id, "signature-symptom",
