@@ -98,6 +98,18 @@ def test_carriage_return_redraws_keep_the_physical_line_number():
     assert (amp.id, amp.line.line_number) == ("AMP-01", 7)
 
 
+def test_traceback_source_lines_are_not_the_error_but_a_sourceless_frame_is_followed_by_it():
+    quoted = ('Traceback (most recent call last):\n  File "t.py", line 9, in <module>\n'
+              '    raise ValueError("Attempting to unscale FP16 gradients.")\n'
+              "ValueError: Attempting to unscale FP16 gradients.")
+    top = diagnose(quoted, 3, FIXTURE).matches[0]
+    assert (top.id, top.evidence, top.line.line_number) == ("AMP-02", "root", 4)
+    sourceless = 'Traceback (most recent call last):\n  File "<string>", line 1, in <module>\n' \
+                 "ValueError: Attempting to unscale FP16 gradients."
+    top = diagnose(sourceless, 3, FIXTURE).matches[0]
+    assert (top.id, top.evidence, top.line.line_number) == ("AMP-02", "root", 3)
+
+
 def test_ansi_colour_codes_are_ignored():
     text = "\x1b[1;31mtorch.OutOfMemoryError\x1b[0m: CUDA out of \x1b[1mmemory\x1b[0m. Tried to allocate 2.00 GiB"
     top = diagnose(text, 3, FIXTURE).matches[0]

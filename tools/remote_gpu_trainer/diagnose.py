@@ -235,8 +235,9 @@ class _Text:
         in state_dict`` under ``RuntimeError: Error(s) in loading state_dict``) is an error line and
         the source line a traceback quotes under ``File "…", line N`` is not."""
         if index not in self._classes:
-            kind = classify(self.lines[index])
-            if index and _patterns()["frame"].search(self.lines[index - 1]):
+            line, p = self.lines[index], _patterns()
+            kind = classify(line)
+            if index and p["frame"].search(self.lines[index - 1]) and not p["exception"].search(line):
                 kind = "note"  # source code a traceback quotes (raise ValueError("…")), not the error
             elif kind == "note" and self._continues_exception(index):
                 kind = "error"
