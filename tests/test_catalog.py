@@ -319,3 +319,12 @@ def test_case_traps_cover_every_non_ascii_char_that_matches_an_ascii_letter():
     for letter in "abcdefghijklmnopqrstuvwxyz":
         for char in re.findall(letter, every_char, re.IGNORECASE):
             assert fold(char) == letter, (hex(ord(char)), letter)
+
+
+def test_command_line_report(capsys):
+    assert cat.main(["--root", str(FIXTURE), "--no-tools"]) == 0
+    assert capsys.readouterr().out.strip() == "0 problem(s) in 12 files, 18 entries"
+    assert cat.main(["--root", str(BAD), "--no-tools", str(BAD / "SKILL.md")]) == 1
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("SKILL.md:3 -: link-anchor: ") and len(lines) == 5
+    assert lines[-1].endswith(": link-anchor 2, link-target 2")

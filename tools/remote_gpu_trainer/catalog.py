@@ -19,6 +19,7 @@ import itertools
 import re
 import threading
 import unicodedata
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -979,20 +980,28 @@ def registered_tools() -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m remote_gpu_trainer.catalog [--no-tools] [FILE...]``: print problems, exit 1 if any."""
+    """``python -m remote_gpu_trainer.catalog [--root DIR] [--no-tools] [FILE...]``: print one line per
+    problem and a count per rule; exit 1 if there are problems."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m remote_gpu_trainer.catalog", description=main.__doc__)
-    parser.add_argument("files", nargs="*", help="skill-relative markdown paths to report on (default: all)")
+    parser.add_argument("files", nargs="*", help="markdown files to report on (default: all); the whole skill "
+                        "is still parsed, since IDs and links are checked across files")
+    parser.add_argument("--root", type=Path, default=None, help="skill root (default: this skill)")
     parser.add_argument("--no-tools", action="store_true", help="skip checking **Tool:** against the registry")
     args = parser.parse_args(argv)
-    root = skill_root()
-    files = [Path(f).resolve().relative_to(root).as_posix() if Path(f).exists() else f for f in args.files]
+    root = (args.root or skill_root()).resolve()
+    files = []
+    for name in args.files:
+        path = Path(name).resolve()
+        files.append(path.relative_to(root).as_posix() if path.is_relative_to(root) else name)
     problems = lint(root, None if args.no_tools else registered_tools(), files or None)
     catalog = load_catalog(root)
     for p in problems:
         print(p)
-    print(f"{len(problems)} problem(s) in {len(catalog.files)} files, {len(catalog.entries)} entries")
+    rules = Counter(p.rule for p in problems)
+    print(f"{len(problems)} problem(s) in {len(catalog.files)} files, {len(catalog.entries)} entries"
+          + (": " + ", ".join(f"{rule} {n}" for rule, n in rules.most_common()) if rules else ""))
     return 1 if problems else 0
 
 
