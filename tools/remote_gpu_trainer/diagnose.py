@@ -112,7 +112,8 @@ class Match(StrictModel):
     id: str = Field(description="Catalog entry ID, e.g. OOM-03")
     file: str = Field(description="Entry's file relative to the skill root")
     title: str
-    score: float
+    score: float = Field(description="Ranking score: 400+ root, 300+ error, 200+ downstream, 100+ note, under 100 "
+                         "lexical (relative word overlap); within a tier, signature specificity and relevance")
     evidence: Evidence = Field(description="root: matched the earliest matching error line (likely cause); "
                                "error: another error line; downstream: only known follow-up lines "
                                "(torchrun wrapper, NCCL watchdog); note: only non-error lines; lexical: no "
@@ -125,7 +126,7 @@ class Match(StrictModel):
 
 
 class DiagnoseOutput(StrictModel):
-    summary: str
+    summary: str = Field(description="What matched where, and the first error when no signature recognised it")
     matches: list[Match]
     first_error: InputLine | None = Field(None, description="Earliest exception or fatal line in the input, "
                                           "whether or not the catalog knows it")
