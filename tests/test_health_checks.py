@@ -117,12 +117,27 @@ def test_driver_mismatch_is_fail_exit_1():
     assert report.exit_code == 1 and report.host_checks[0].entry.id == "GOT-11"
 
 
-def test_container_with_unreadable_kernel_log_is_unknown_exit_3():
+def test_container_with_unreadable_kernel_log_skips_xids_and_passes():
+    """In a container the kernel log is the provider's: SKIP (never PASS) and a clean overall verdict."""
     report = run("container-healthy")
+    assert report.verdict is Verdict.PASS and report.exit_code == 0
+    log = next(c for c in report.host_checks if c.name == "xid_kernel_log")
+    assert log.verdict is Verdict.SKIP and log.entry.id == "GOT-26"
+    assert "provider's host" in log.explanation
+    assert report.gpus[0].verdict is Verdict.PASS
+
+
+def test_host_with_unreadable_kernel_log_is_unknown_exit_3():
+    """On a host the log is readable with the right permission, so not reading it is UNKNOWN."""
+    scenario = SCENARIOS["container-healthy"]()
+    scenario.processes.container = False
+    try:
+        report = probe(scenario.backend, kernel_log=scenario.read_kernel_log, processes=scenario.processes)
+    finally:
+        scenario.backend.release.set()
     assert report.verdict is Verdict.UNKNOWN and report.exit_code == 3
     log = next(c for c in report.host_checks if c.name == "xid_kernel_log")
     assert log.verdict is Verdict.UNKNOWN and log.entry.id == "GOT-26"
-    assert report.gpus[0].verdict is Verdict.PASS  # the GPU itself is fine
     assert report.summary.startswith("UNKNOWN: [UNKNOWN] xid_kernel_log (unreadable)")
 
 

@@ -92,7 +92,7 @@ async def test_reap_dry_run_on_a_fake_lists_classes_and_signals_nothing(client, 
 
 
 @pytest.mark.parametrize(("scenario", "code"), [("healthy-8xh100", 0), ("exclusive-process", 0),
-                                                 ("row-remap-pending", 1), ("container-healthy", 3),
+                                                 ("row-remap-pending", 1), ("container-healthy", 0),
                                                  ("no-driver", 4)])
 def test_cli_exit_codes(monkeypatch, capsys, scenario, code):
     monkeypatch.setenv("RGT_HEALTH_FAKE", scenario)

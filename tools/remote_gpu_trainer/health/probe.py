@@ -174,11 +174,22 @@ def _vbios_check(snapshots: Sequence[GpuSnapshot]) -> Check:
                  threshold=threshold, explanation="same VBIOS on every GPU of a model")
 
 
-def _kernel_log_check(log: KernelLog, unmatched: list[XidEvent], uptime_s: float | None, partial: bool) -> Check:
+def _kernel_log_check(log: KernelLog, unmatched: list[XidEvent], uptime_s: float | None, partial: bool,
+                      in_container: bool) -> Check:
     """XIDs that match no probed GPU. With ``partial`` (only some GPUs selected) they may belong to a
-    GPU the caller deliberately left out, so they warn instead of failing the selection."""
+    GPU the caller deliberately left out, so they warn instead of failing the selection.
+
+    An unreadable log is never PASS. Inside a container it is SKIP: the kernel log belongs to the
+    provider's host, so nothing on this box can fix it, and an UNKNOWN there would turn the overall
+    verdict of every healthy rented container into UNKNOWN. On a host it is UNKNOWN: a permission
+    the user can grant (sudo, CAP_SYSLOG, kernel.dmesg_restrict=0)."""
     threshold = "readable; no critical XID outside the probed GPUs"
     if not log.readable:
+        if in_container:
+            return Check(name="xid_kernel_log", verdict=Verdict.SKIP, observed="unreadable", threshold=threshold,
+                         explanation=f"{log.reason}; in a container the kernel log stays on the provider's host, "
+                                     "so XIDs cannot be checked from here (ask the provider, or run gpu_health "
+                                     "on the host)", entry=C.E_KERNEL_LOG)
         return Check(name="xid_kernel_log", verdict=Verdict.UNKNOWN, observed="unreadable", threshold=threshold,
                      explanation=f"{log.reason}; XIDs (hardware faults) cannot be checked from here",
                      entry=C.E_KERNEL_LOG)
@@ -325,7 +336,8 @@ def probe(backend: NvmlBackend, *, expect_gpus: int | None = None, indices: list
     host = [Check(name="nvml_driver", verdict=Verdict.PASS, observed=versions, threshold="NVML initialises",
                   explanation="NVML and the kernel driver agree"),
             _count_check(count, expect_gpus), _vbios_check(list(snapshots.values())),
-            _kernel_log_check(log, unmatched, uptime, partial=len(selected) < count)]
+            _kernel_log_check(log, unmatched, uptime, partial=len(selected) < count,
+                              in_container=holders.in_container)]
     if indices:
         notes.append(f"only GPU(s) {', '.join(map(str, selected))} of {count} were probed")
     verdict = worst([c.verdict for c in host] + [g.verdict for g in gpus])
