@@ -24,7 +24,7 @@ import pytest
 
 from remote_gpu_trainer import cli
 from remote_gpu_trainer.models import Verdict
-from remote_gpu_trainer.processes import netlink
+from remote_gpu_trainer.processes import netlink, sockets
 from remote_gpu_trainer.processes.netlink import port_ranges
 from remote_gpu_trainer.processes.ports import bind_test, parse_port_specs
 from remote_gpu_trainer.processes.sockets import decode_address, parse_proc_net, read_sockets
@@ -203,6 +203,18 @@ def test_proc_net_is_the_fallback_when_netlink_is_refused(net, monkeypatch):
     assert row.local == f"127.0.0.1:{holder.port}"
     with pytest.raises(netlink.NetlinkUnavailable):
         read_sockets([holder.port], backend="netlink")
+
+
+def test_unreadable_socket_tables_are_unknown_never_free(monkeypatch, tmp_path):
+    def refuse(*_args):
+        raise netlink.NetlinkUnavailable("refused by a test")
+
+    monkeypatch.setattr(netlink, "dump", refuse)
+    monkeypatch.setattr(sockets, "PROC_NET", tmp_path / "no-such-dir")
+    result = kill(ports=[29500])
+    assert result.verdict is Verdict.UNKNOWN and not result.executed and "Could not inspect" in result.summary
+    status = STATUS.call({"port": 29500})
+    assert status.verdict is Verdict.UNKNOWN and status.free is False
 
 
 def test_address_decoding_matches_the_kernel_layout():

@@ -134,8 +134,12 @@ def parse_proc_net(data: bytes, proto: Proto, family: Family, ports: frozenset[i
 Backend = Literal["auto", "netlink", "proc"]
 
 
+class SocketTablesUnavailable(OSError):
+    """Neither netlink nor /proc/net could be read: ports cannot be checked on this system."""
+
+
 def read_sockets(ports: Iterable[int], protocols: Iterable[Proto] = ("tcp",), *, listening_only: bool = True,
-                 match_remote: bool = False, backend: Backend = "auto", proc_net: Path = PROC_NET
+                 match_remote: bool = False, backend: Backend = "auto", proc_net: Path | None = None
                  ) -> list[SocketEntry]:
     """Matching sockets of this network namespace, IPv4 and IPv6.
 
@@ -149,15 +153,22 @@ def read_sockets(ports: Iterable[int], protocols: Iterable[Proto] = ("tcp",), *,
         except NetlinkUnavailable:
             if backend == "netlink":
                 raise
+    proc_net = proc_net or PROC_NET
     found: list[SocketEntry] = []
     for proto in protocols:
+        read_any = False
         for family in ("ipv4", "ipv6"):
             try:
                 data = (proc_net / TABLES[(proto, family)]).read_bytes()
-            except OSError:  # no IPv6 or no UDP table in this sandbox
+            except OSError:  # no IPv6 table without IPv6
                 continue
+            read_any = True
             found += parse_proc_net(data, proto, family, wanted,  # type: ignore[arg-type]
                                     listening_only=listening_only, match_remote=match_remote)
+        if not read_any:
+            # "Nothing found" must not read as "free" when nothing could be looked at.
+            raise SocketTablesUnavailable(f"cannot list {proto} sockets here: netlink sock_diag refused and "
+                                          f"{proc_net}/{TABLES[(proto, 'ipv4')]} unreadable (not Linux?)")
     return found
 
 

@@ -43,7 +43,7 @@ from .ports import (
 from .safekill import KillTarget, ProcessRow, Signal, process_row, safe_kill
 from .safety import Caller, Policy, refusal
 from .snapshot import ProcessTable, ProcInfo, read_cmdline, snapshot
-from .sockets import Proto, SocketEntry
+from .sockets import Proto, SocketEntry, SocketTablesUnavailable
 
 REF_EADDRINUSE = EntryRef(file="references/training/distributed-launch.md", id="DIST-02")
 REF_PARALLEL_PORTS = EntryRef(file="references/parallel_ablation.md", id="PAR-02")
@@ -297,7 +297,14 @@ def kill_port_holders(args: KillPortHoldersInput, progress: Progress) -> KillPor
     port_set = set(ports)
     caller = Caller.current()
     policy = Policy(allow_other_users=args.allow_other_users)
-    scan = scan_ports(ports, args.protocols(), include_connected=args.include_connected)
+    try:
+        scan = scan_ports(ports, args.protocols(), include_connected=args.include_connected)
+    except SocketTablesUnavailable as err:
+        return KillPortHoldersResult(
+            verdict=Verdict.UNKNOWN, summary=f"Could not inspect sockets, nothing was signalled: {err}",
+            dry_run=args.dry_run, signal=args.signal, grace_s=args.grace_s, ports_checked=len(ports), ports_held=[],
+            sockets=[], targets=[], next_step="Run on the Linux machine that runs the job.",
+            references=[REF_EADDRINUSE, REF_PKILL])
     table = ProcessTable.read()
     candidates, skipped = _candidates(scan, args, port_set, caller, policy, table)
     sockets = _socket_rows(scan, port_set)
@@ -445,7 +452,16 @@ def launch_advice(port: int) -> list[LaunchAdvice]:
 
 def port_status(args: PortStatusInput, progress: Progress) -> PortStatusResult:
     port = args.port
-    scan = scan_ports([port], ("tcp",), include_connected=True)
+    try:
+        scan = scan_ports([port], ("tcp",), include_connected=True)
+    except SocketTablesUnavailable as err:
+        bind_ok, bind_error = bind_test(port)
+        return PortStatusResult(
+            verdict=Verdict.UNKNOWN, port=port, free=False, bind_ok=bind_ok, bind_error=bind_error, sockets=[],
+            holders=[], in_ephemeral_range=False, suggested_port=None, advice=launch_advice(port),
+            summary=f"Could not inspect sockets ({err}); a test bind {'succeeded' if bind_ok else 'failed'}",
+            next_step="Run on the Linux machine that runs the job; --standalone avoids fixed ports.",
+            references=[REF_EADDRINUSE, REF_PARALLEL_PORTS])
     # Only sockets *on* this port block it; clients connected *to* it use other local ports.
     sockets = [row for row in _socket_rows(scan, {port}) if row.local.endswith(f":{port}")]
     listeners = [s for s in sockets if s.state == "LISTEN"]
