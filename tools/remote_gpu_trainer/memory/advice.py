@@ -12,15 +12,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from .analytic import FSDP, ZERO, Breakdown, Setup, estimate
+from .analytic import ZERO, Breakdown, Setup, estimate
 
-#: Catalog entries each rung points to: (file, id). Only entries that exist in the catalog are listed;
-#: tests check every one resolves.
+#: Catalog entries the advice and notes point to: key -> (file, id). Tests check every one exists.
+OOM = "references/training/oom-memory.md"
+DIST = "references/training/distributed-launch.md"
 REFS: dict[str, tuple[str, str]] = {
-    "sharding": ("references/training/distributed-launch.md", "DIST-19"),
-    "wrap": ("references/training/distributed-launch.md", "DIST-18"),
-    "seven_gpus": ("references/training/distributed-launch.md", "DIST-06"),
-    "lora_fsdp": ("references/training/distributed-launch.md", "DIST-21"),
+    "ladder": (OOM, "OOM-02"),
+    "step2": (OOM, "OOM-03"),
+    "foreach": (OOM, "OOM-04"),
+    "fragmentation": (OOM, "OOM-05"),
+    "naive_split": (OOM, "OOM-07"),
+    "checkpointing": (OOM, "OOM-08"),
+    "logits": (OOM, "OOM-09"),
+    "offload": (OOM, "OOM-10"),
+    "lora": (OOM, "OOM-11"),
+    "autocast": (OOM, "OOM-16"),
+    "deepspeed": (OOM, "OOM-17"),
+    "sharding": (DIST, "DIST-19"),
+    "wrap": (DIST, "DIST-18"),
 }
 
 
@@ -46,7 +56,7 @@ def _candidates(s: Setup) -> list[tuple[int, str, str, str | None, Callable[[Set
     torch_opt = s.strategy not in ZERO and s.optimizer in ("adam", "adamw") and s.cpu_offload == "none"
     if torch_opt and s.optimizer_impl == "foreach":
         out.append((0, "Use the fused optimizer step: torch.optim.AdamW(..., fused=True) (foreach=True, the CUDA "
-                    "default, materialises a sqrt(v) copy of every trainable state)", "free", None,
+                    "default, materialises a sqrt(v) copy of every trainable state)", "free", "foreach",
                     lambda x: replace(x, optimizer_impl="fused")))
     if s.strategy == "ddp" and s.world_size > 1 and not s.gradient_as_bucket_view:
         out.append((0, "DDP(..., gradient_as_bucket_view=True): gradients become views of the all-reduce "
@@ -69,28 +79,29 @@ def _candidates(s: Setup) -> list[tuple[int, str, str, str | None, Callable[[Set
     if s.arch is not None and not s.activation_checkpointing:
         out.append((2, "Activation checkpointing on every block (model.gradient_checkpointing_enable(), or "
                     "checkpoint_wrapper / torch.utils.checkpoint per block)", "~30–40 % more compute per step",
-                    None, lambda x: replace(x, activation_checkpointing=True)))
+                    "checkpointing", lambda x: replace(x, activation_checkpointing=True)))
     if s.arch is not None and s.micro_batch_size > 1:
         half = max(1, s.micro_batch_size // 2)
         out.append((3, f"micro_batch_size={half} with twice the gradient accumulation steps (same effective "
-                    "batch)", "lower GPU efficiency per step", None,
+                    "batch)", "lower GPU efficiency per step", "ladder",
                     lambda x, h=half: replace(x, micro_batch_size=h, grad_accumulation=True)))
     if s.optimizer in ("adam", "adamw"):
         out.append((4, "8-bit AdamW (bitsandbytes.optim.AdamW8bit): 2 bytes of state per parameter instead of 8",
-                    "small numerics risk; needs bitsandbytes", None, lambda x: replace(x, optimizer="adam8bit")))
+                    "small numerics risk; needs bitsandbytes", "ladder",
+                    lambda x: replace(x, optimizer="adam8bit")))
     if s.precision in ("bf16_mixed", "fp32"):
         out.append((4, "Pure bf16 (parameters, gradients and Adam state in bf16: 8 B/param); use Kahan summation "
-                    "or stochastic rounding for long runs", "numerics risk", None,
+                    "or stochastic rounding for long runs", "numerics risk", "autocast",
                     lambda x: replace(x, precision="bf16_pure")))
     if s.cpu_offload == "none" and s.strategy != "ddp":
         mode = "optimizer" if s.strategy in ("zero1", "zero2") else "params_and_optimizer"
         out.append((5, f"CPU offload ({mode}): states in pinned host RAM, the optimizer steps on the CPU",
-                    "PCIe-bound: often 2–5× slower steps; needs host RAM", None,
+                    "PCIe-bound: often 2–5× slower steps; needs host RAM", "offload",
                     lambda x, m=mode: replace(x, cpu_offload=m)))
     if s.arch is not None and not s.lora_rank:
         targets = tuple(lin for lin in _default_lora_targets(s))
         out.append((6, f"LoRA (r=16 on {', '.join(targets)}): train adapters only, base weights frozen",
-                    "a different method: fewer trainable parameters", "lora_fsdp" if s.strategy in FSDP else None,
+                    "a different method: fewer trainable parameters", "lora",
                     lambda x, t=targets: replace(x, lora_rank=16, lora_targets=t)))
     return out
 
@@ -117,22 +128,44 @@ def more_gpus(s: Setup, b: Breakdown) -> Rung | None:
         trial = estimate(replace(s, world_size=world))
         if trial.total_bytes <= gpu:
             return Rung(f"world_size={world} ({nodes} node{'s' if nodes > 1 else ''} × {per_node} GPUs)",
-                        "more GPUs", 7, "seven_gpus", b.total_bytes - trial.total_bytes, trial.total_bytes, True)
+                        "more GPUs", 7, "ladder", b.total_bytes - trial.total_bytes, trial.total_bytes, True)
     return None
 
 
 def ladder(s: Setup, b: Breakdown) -> list[Rung]:
-    """Every applicable rung that lowers the per-GPU total, cheapest first, then by bytes saved."""
-    rungs = []
-    for rank, action, cost, ref, change in _candidates(s):
-        trial = estimate(change(s))
-        saved = b.total_bytes - trial.total_bytes
-        if saved > 0:
-            rungs.append(Rung(action, cost, rank, ref, saved, trial.total_bytes, _fits(trial)))
-    extra = more_gpus(s, b)
-    if extra is not None:
-        rungs.append(extra)
-    return sorted(rungs, key=lambda r: (r.rank, -(r.saves_bytes or 0)))
+    """The rungs to climb, cheapest first.
+
+    With a GPU size: a cumulative plan — take the cheapest change that lowers the total, apply it, and
+    repeat from the new setup until the job fits (each rung's saving is relative to the previous one).
+    Without one: every applicable change on its own, cheapest first, then by bytes saved.
+    """
+    if s.gpu_memory_bytes is None:
+        rungs = [r for r in (_try(s, b, c) for c in _candidates(s)) if r is not None]
+        return sorted(rungs, key=lambda r: (r.rank, -(r.saves_bytes or 0)))
+    plan: list[Rung] = []
+    current, current_b = s, b
+    for _ in range(12):
+        if current_b.total_bytes <= s.gpu_memory_bytes:
+            break
+        options = [(r, c) for c in _candidates(current) if (r := _try(current, current_b, c)) is not None]
+        if not options:
+            break
+        rung, change = min(options, key=lambda rc: (rc[0].rank, -(rc[0].saves_bytes or 0)))
+        plan.append(rung)
+        current = change[4](current)  # type: ignore[misc]
+        current_b = estimate(current)
+    if current_b.total_bytes > s.gpu_memory_bytes:
+        extra = more_gpus(current, current_b)
+        if extra is not None:
+            plan.append(extra)
+    return plan
+
+
+def _try(s: Setup, b: Breakdown, candidate) -> Rung | None:
+    rank, action, cost, ref, change = candidate
+    trial = estimate(change(s))
+    saved = b.total_bytes - trial.total_bytes
+    return Rung(action, cost, rank, ref, saved, trial.total_bytes, _fits(trial)) if saved > 0 else None
 
 
 def largest_micro_batch(s: Setup, limit: int = 4096) -> int | None:

@@ -164,7 +164,8 @@ class Breakdown:
     cpu_bytes_per_node: int
     trainable_params: int
     phases: list[Phase]
-    assumptions: list[str]
+    notes: list[tuple[str, str]]
+    """(text, topic) explanations found while estimating; topics are ``advice.REFS`` keys."""
     deepspeed_exact: bool = False
     naive_split_bytes: int = 0
 
@@ -267,7 +268,7 @@ class _States:
     cpu_per_node_exact: int | None
 
 
-def _states(setup: Setup, tensors: list[TensorInfo], d: dict[str, str], notes: list[str]) -> _States:
+def _states(setup: Setup, tensors: list[TensorInfo], d: dict[str, str], notes: list[tuple[str, str]]) -> _States:
     n = setup.shard_group
     s = setup.strategy
     fsdp = s in FSDP
@@ -334,8 +335,8 @@ def _states(setup: Setup, tensors: list[TensorInfo], d: dict[str, str], notes: l
             st.cpu_per_rank = st.params + st.grads + st.optimizer
             st.params = st.grads = st.optimizer = 0
         st.grads_by_unit = {k: 0 for k in st.grads_by_unit}
-        notes.append("CPU offload: offloaded states are pinned host memory (FSDP pin_memory=True, "
-                     "DeepSpeed pin_memory) — the host needs this much RAM per node, not pageable swap.")
+        notes.append(("CPU offload: offloaded states are pinned host memory (FSDP pin_memory=True, DeepSpeed "
+                      "pin_memory) — the host needs this much RAM per node, not pageable swap.", "offload"))
     return st
 
 
@@ -382,7 +383,7 @@ def _step_temporaries(setup: Setup, tensors: list[TensorInfo], d: dict[str, str]
 
 def estimate(setup: Setup) -> Breakdown:
     """The per-GPU breakdown for ``setup``. Pure arithmetic: milliseconds, no torch."""
-    notes: list[str] = []
+    notes: list[tuple[str, str]] = []
     d = _dtypes(setup)
     tensors = model_tensors(setup)
     st = _states(setup, tensors, d, notes)
@@ -433,7 +434,8 @@ def estimate(setup: Setup) -> Breakdown:
     if s == "zero3":
         working = st.working_deepspeed or (setup.largest_layer_params or 0) * (compute + BYTES[d["grad"]])
         if not st.deepspeed_exact and arch is None and not setup.largest_layer_params:
-            notes.append("ZeRO-3 gathered-layer working set unknown: pass largest_layer_params or model.")
+            notes.append(("ZeRO-3 gathered-layer working set unknown: pass largest_layer_params or model.",
+                          "deepspeed"))
     else:
         working = 0
 
@@ -451,8 +453,9 @@ def estimate(setup: Setup) -> Breakdown:
             return sum(block_low[: k + 1])
         return block_low[k] + (block_low[k - 1] if k > 0 else 0)
 
-    fwd_parts = {"states": base + grads_always, "working set": w_forward_end(),
-                 "activations": sum(saved_blocks) + sum(saved_copies) + root_saved,
+    root_copies = prof.root_param_copies if prof else 0
+    fwd_parts = {"states": base + grads_always, "working set": w_forward_end() + sum(saved_copies) + root_copies,
+                 "activations": sum(saved_blocks) + root_saved - root_copies,
                  "logits": loss_saved + (prof.logits_bytes if prof else 0)}
     phases.append(Phase("forward end (loss computed)", sum(fwd_parts.values()), fwd_parts))
     loss_parts = {**fwd_parts, "logits": loss_saved + loss_extra}
@@ -464,10 +467,12 @@ def estimate(setup: Setup) -> Breakdown:
         recompute = (acts[k] + copies[k]) if ckpt else 0
         done = sum(grad_unit.get(b, 0) for b in blocks[k + 1:]) + head_grad
         temp = prof.block_backward_temp[k] if prof else 0
-        if not fsdp:
-            parts = {"states": base + grads_always + done, "working set": working,
-                     "activations": below + root_embed_side + recompute, "temporaries": temp}
-            phases.append(Phase(f"backward block {k + 1}/{n_blocks}", sum(parts.values()), parts))
+        if not fsdp:  # autocast's cached 16-bit weight copies are freed block by block, like activations
+            copies_left = sum(saved_copies[:k + 1]) + (copies[k] if ckpt else 0)
+            parts = {"states": base + grads_always + done, "working set": working + copies_left,
+                     "activations": below - sum(saved_copies[:k + 1]) + root_embed_side + recompute
+                     - (copies[k] if ckpt else 0), "temporaries": temp}
+            phases.append(Phase(f"backward through block {k + 1}/{n_blocks}", sum(parts.values()), parts))
             continue
         # (i) block k computes its gradients: its activations are alive and the previous block's
         # reduce-scatter input is still in flight.
@@ -475,14 +480,14 @@ def estimate(setup: Setup) -> Breakdown:
         parts = {"states": base + grads_always + done,
                  "working set": root_low + root_grad_unsharded + resident(k) + in_flight,
                  "activations": below + root_embed_side + recompute, "temporaries": temp}
-        phases.append(Phase(f"backward block {k + 1}/{n_blocks}", sum(parts.values()), parts))
+        phases.append(Phase(f"backward through block {k + 1}/{n_blocks}", sum(parts.values()), parts))
         # (i') its gradients are complete: activations freed, the unsharded gradients (compute dtype)
         # held, params still gathered, the previous reduce-scatter still in flight.
         low_grads = unit_train.get(blocks[k], 0) * compute
         parts = {"states": base + grads_always + done,
                  "working set": root_low + root_grad_unsharded + resident(k) + in_flight + low_grads,
                  "activations": below - saved_blocks[k] - saved_copies[k] + root_embed_side}
-        phases.append(Phase(f"gradients of block {k + 1}/{n_blocks}", sum(parts.values()), parts))
+        phases.append(Phase(f"backward: block {k + 1}/{n_blocks} gradients complete", sum(parts.values()), parts))
         # (ii) its post-backward: params resharded, the previous reduce-scatter buffer reclaimed, the
         # unsharded grads copied into a new reduce-scatter input (reduce dtype) whose output becomes
         # the block's sharded gradients.
@@ -490,7 +495,7 @@ def estimate(setup: Setup) -> Breakdown:
                  "working set": root_low + root_grad_unsharded + resident(k) - block_low[k]
                  + block_grad_transient[k],
                  "activations": below - saved_blocks[k] - saved_copies[k] + root_embed_side}
-        phases.append(Phase(f"reduce-scatter block {k + 1}/{n_blocks}", sum(parts.values()), parts))
+        phases.append(Phase(f"backward: block {k + 1}/{n_blocks} reduce-scatter", sum(parts.values()), parts))
     # FSDP2 end of backward. (a) The input embeddings' gradients arrive while the first block's
     # reduce-scatter input is still in flight and the root is still unsharded. (b) The root reshards,
     # then reduce-scatters inside autograd's final callback: the input buffer and the new sharded
@@ -521,7 +526,7 @@ def estimate(setup: Setup) -> Breakdown:
     overhead = ov.cuda_context_bytes + nccl + int(allocated * ov.allocator_fraction)
     cpu_node = st.cpu_per_node_exact if st.cpu_per_node_exact is not None and setup.cpu_offload != "none" \
         else st.cpu_per_rank * setup.gpus_per_node
-    activations = None if prof is None else (sum(saved_blocks) + root_saved + (max(acts) if ckpt else 0))
+    activations = None if prof is None else (sum(saved_blocks) + prof.root_saved + (max(acts) if ckpt else 0))
     logits = None if prof is None else loss_saved + loss_extra
     naive = int(setup.num_params * BYTES[d["param"] if not setup.mixed else setup.half] / setup.world_size)
     return Breakdown(
@@ -531,7 +536,7 @@ def estimate(setup: Setup) -> Breakdown:
         forward_backward_peak_bytes=fb_peak, optimizer_step_peak_bytes=step_peak, allocated_peak_bytes=allocated,
         peak_phase=peak_phase.name, overhead_bytes=overhead, total_bytes=allocated + overhead,
         cpu_bytes_per_node=int(cpu_node), trainable_params=st.trainable_params, phases=phases,
-        assumptions=notes, deepspeed_exact=st.deepspeed_exact, naive_split_bytes=naive)
+        notes=notes, deepspeed_exact=st.deepspeed_exact, naive_split_bytes=naive)
 
 
 def with_changes(setup: Setup, **changes) -> Setup:

@@ -84,6 +84,7 @@ def run_measurement(job: MeasureJob, timeout_s: float,
     child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, env=env, start_new_session=True)
     tail: list[str] = []
+    stdout: list[str] = []
 
     def pump_stderr() -> None:
         assert child.stderr is not None
@@ -95,16 +96,24 @@ def run_measurement(job: MeasureJob, timeout_s: float,
                 tail.append(line)
                 del tail[:-40]
 
-    reader = threading.Thread(target=pump_stderr, daemon=True)
-    reader.start()
+    readers = [threading.Thread(target=pump_stderr, daemon=True),
+               threading.Thread(target=lambda: stdout.append(child.stdout.read()), daemon=True)]  # type: ignore[union-attr]
+    for reader in readers:
+        reader.start()
+    assert child.stdin is not None
+    child.stdin.write(json.dumps(asdict(job)))
+    child.stdin.close()
     try:
-        out, _ = child.communicate(json.dumps(asdict(job)), timeout=timeout_s)
+        child.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGKILL)
-        child.communicate()
+        os.killpg(child.pid, signal.SIGKILL)  # the worker's whole process group, nothing else
+        child.wait()
         raise MeasureError(f"measurement did not finish within {timeout_s:g} s (raise measure_timeout_s, or "
                            "measure a shorter seq_len/fewer layers; fake-tensor cost grows with layers)") from None
-    reader.join(timeout=5)
+    finally:
+        for reader in readers:
+            reader.join(timeout=10)
+    out = "".join(stdout)
     if child.returncode != 0 or not out.strip():
         detail = "".join(tail).strip().splitlines()
         raise MeasureError(f"measurement worker failed (exit {child.returncode}): "
@@ -315,6 +324,56 @@ def measure(job: MeasureJob) -> MeasureResult:
                          tracker="FSDPMemTracker" if fsdp else "MemTracker", torch_version=torch.__version__)
 
 
+def measure_cuda(job: MeasureJob) -> int:
+    """Peak ``torch.cuda.max_memory_allocated`` of two real training iterations on this process's GPU.
+
+    Single-device setups only (DDP/no_shard measured as one replica); the bytes allocated before the
+    model exists (cuBLAS workspace, earlier tensors) are subtracted. Used by the bench and GPU tests.
+    """
+    import torch
+
+    from .architecture import Architecture
+    from .torch_models import build_model, example_batch
+
+    if job.strategy not in ("ddp", "no_shard"):
+        raise ValueError("measure_cuda runs one replica on one GPU: strategy ddp or no_shard")
+    arch = Architecture(**job.arch)
+    device = torch.device("cuda")
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    warm = torch.ones(64, 64, device=device, dtype=_half(job.precision) if job.precision != "fp32" else None)
+    (warm @ warm).sum().item()  # create the cuBLAS handle and workspace before the baseline
+    del warm
+    baseline = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    with torch.device("meta"):
+        model = build_model(arch, dtype=_param_dtype(job.precision), lora_rank=job.lora_rank,
+                            lora_targets=job.lora_targets or None, adapter_dtype=job.adapter_dtype,
+                            attention_impl=job.attention, dropout=False)
+    model.to_empty(device=device)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.02)
+    if job.activation_checkpointing:
+        _checkpoint_blocks(model.blocks())
+    model.train()
+    optimizer = _optimizer(job, [p for p in model.parameters() if p.requires_grad])
+    batch = example_batch(arch, job.micro_batch_size, job.seq_len, device="cuda")
+    mixed = job.precision.endswith("_mixed")
+    for _ in range(2):
+        with torch.autocast("cuda", dtype=_half(job.precision), enabled=mixed):
+            loss = model(batch)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        del loss
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - baseline
+    del model, optimizer, batch
+    torch.cuda.empty_cache()
+    return peak
+
+
 def _peak_total(tracker) -> int:
     snap = tracker.get_tracker_snapshot("peak")
     return int(sum(dev.get("Total", 0) for dev in snap.values()))
@@ -328,4 +387,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stderr.flush()
+    os._exit(code)  # a worker: skip torch's slow interpreter teardown (seconds), the result is already out

@@ -91,6 +91,11 @@ class DeepSpeedOut(StrictModel):
     matched_options: str = Field(description="The printed row this configuration corresponds to")
 
 
+class NoteOut(StrictModel):
+    text: str
+    ref: EntryRef | None
+
+
 class AdviceOut(StrictModel):
     action: str
     cost: str
@@ -148,7 +153,7 @@ class MemoryOutput(StrictModel):
     max_micro_batch_size: int | None = Field(description="Largest micro-batch that fits (when it fits)")
     phases: list[PhaseOut]
     deepspeed: DeepSpeedOut | None
-    notes: list[str]
+    notes: list[NoteOut]
     assumptions: list[str]
     advice: list[AdviceOut]
     measured: MeasuredOut | None
@@ -228,13 +233,14 @@ def _g(n: int | float) -> str:
     return f"{n / GIB:.2f} GiB"
 
 
-def notes_for(b: Breakdown, label: str) -> list[str]:
+def notes_for(b: Breakdown, verdict: Verdict) -> list[tuple[str, str | None]]:
+    """Explanations of this result, each with the catalog entry (``advice.REFS`` key) that goes deeper."""
     s = b.setup
-    out: list[str] = []
+    out: list[tuple[str, str | None]] = list(b.notes)
     w_dtype = "bf16" if s.precision in ("bf16_mixed", "bf16_pure") else ("fp16" if "fp16" in s.precision else "fp32")
     weights = s.num_params * BYTES[w_dtype]
     if s.world_size > 1:
-        out.append(
+        out.append((
             f"Naive split: the {w_dtype} weights ({weights / 1e9:.1f} GB) divided by {s.world_size} GPUs is "
             f"{b.naive_split_bytes / 1e9:.2f} GB ({_g(b.naive_split_bytes)}) each. Training needs "
             f"{_g(b.total_bytes)} per GPU here: that figure leaves out gradients ({_g(b.grads_bytes)}), optimizer "
@@ -245,38 +251,49 @@ def notes_for(b: Breakdown, label: str) -> list[str]:
                f"({_g((b.activations_bytes or 0) + (b.logits_bytes or 0))}, never sharded), "
                if s.arch is not None else "the gathered working set, activations and logits (never sharded; not "
                "estimated without model), ")
-            + f"and CUDA context, NCCL and allocator reserve ({_g(b.overhead_bytes)}).")
+            + f"and CUDA context, NCCL and allocator reserve ({_g(b.overhead_bytes)}).", "naive_split"))
     if b.optimizer_bytes and s.cpu_offload == "none":
-        out.append(f"Optimizer state ({_g(b.optimizer_bytes)}) is created lazily by the first optimizer.step(): "
-                   "step 1's forward/backward runs without it, so a job that survives step 1 can still run out of "
-                   "memory at step 2. Judge a configuration by step 2 onward.")
+        out.append((f"Optimizer state ({_g(b.optimizer_bytes)}) is created lazily by the first optimizer.step(): "
+                    "step 1's forward/backward runs without it, so a job that survives step 1 can still run out of "
+                    "memory at step 2. Judge a configuration by step 2 onward.", "step2"))
     if s.strategy == "shard_grad_op":
         fs = estimate(replace(s, strategy="full_shard"))
-        out.append(f"SHARD_GRAD_OP keeps every block's 16-bit weights gathered from forward to backward "
-                   f"(working set {_g(b.working_set_bytes)}); it saves all-gathers, not memory. FULL_SHARD needs "
-                   f"{_g(fs.total_bytes)} per GPU ({_g(b.total_bytes - fs.total_bytes)} less).")
+        out.append((f"SHARD_GRAD_OP keeps every block's 16-bit weights gathered from forward to backward "
+                    f"(working set {_g(b.working_set_bytes)}); it saves all-gathers, not memory. FULL_SHARD needs "
+                    f"{_g(fs.total_bytes)} per GPU ({_g(b.total_bytes - fs.total_bytes)} less).", "sharding"))
     if s.strategy == "hybrid_shard":
-        out.append(f"HYBRID_SHARD shards over the {s.gpus_per_node} GPUs of a node (N = {s.shard_group}) and "
-                   "replicates across nodes: per-GPU states shrink with GPUs per node, not with nodes.")
+        out.append((f"HYBRID_SHARD shards over the {s.gpus_per_node} GPUs of a node (N = {s.shard_group}) and "
+                    "replicates across nodes: per-GPU states shrink with GPUs per node, not with nodes.", "sharding"))
+    if s.strategy in FSDP and s.arch is not None:
+        out.append(("This assumes one FSDP unit per transformer block; without an auto-wrap policy (FSDP1) or "
+                    "per-block fully_shard (FSDP2) the whole model is gathered at once.", "wrap"))
     if s.strategy == "ddp" and s.world_size > 1:
-        out.append("DDP replicates everything on every GPU and keeps its gradient buckets beside the .grad "
-                   "tensors" + ("" if s.gradient_as_bucket_view else " (+1× gradients; gradient_as_bucket_view="
-                                "True removes the copy)") + ".")
+        out.append(("DDP replicates everything on every GPU and keeps its gradient buckets beside the .grad "
+                    "tensors" + ("" if s.gradient_as_bucket_view else " (+1× gradients; gradient_as_bucket_view="
+                                 "True removes the copy)") + ".", "sharding"))
+    if s.strategy == "ddp" and s.mixed:
+        out.append(("Mixed precision under DDP is autocast: parameters, gradients and Adam state stay fp32 (16 "
+                    "B/param) and autocast caches 16-bit weight copies; only activations shrink.", "autocast"))
     if b.logits_bytes and b.logits_bytes > 0.25 * b.allocated_peak_bytes:
         v = s.arch.vocab_size if s.arch else 0
-        out.append(f"The loss dominates: cross_entropy(logits.float()) keeps an fp32 log-softmax of "
-                   f"{s.micro_batch_size}×{s.seq_len}×{v} and adds two more fp32 copies at the start of backward "
-                   f"({_g(b.logits_bytes)}). A fused/chunked linear-cross-entropy kernel avoids materialising them.")
+        out.append((f"The loss dominates: cross_entropy(logits.float()) keeps an fp32 log-softmax of "
+                    f"{s.micro_batch_size}×{s.seq_len}×{v} and adds two more fp32 copies at the start of backward "
+                    f"({_g(b.logits_bytes)}). A fused/chunked linear-cross-entropy kernel avoids materialising "
+                    "them.", "logits"))
     if b.peak_phase == "optimizer step" and b.temporaries_bytes:
-        out.append(f"The peak is the optimizer step: states plus {_g(b.temporaries_bytes)} of step temporaries "
-                   f"(optimizer_impl={s.optimizer_impl}).")
+        out.append((f"The peak is the optimizer step: states plus {_g(b.temporaries_bytes)} of step temporaries "
+                    f"(optimizer_impl={s.optimizer_impl}).", "foreach"))
+    if verdict is Verdict.WARN:
+        out.append(("It fits only if the caching allocator's reserve stays small: set PYTORCH_CUDA_ALLOC_CONF="
+                    "expandable_segments:True and keep headroom.", "fragmentation"))
     if s.strategy == "zero3" and b.deepspeed_exact:
-        out.append("model_states_bytes reproduces DeepSpeed's estimate_zero3_model_states_mem_needs (4 × "
-                   "largest_layer_params + 18 B/param ÷ GPUs): DeepSpeed's figure has no activations, buckets, "
-                   "CUDA context or NCCL.")
+        out.append(("model_states_bytes reproduces DeepSpeed's estimate_zero3_model_states_mem_needs (4 × "
+                    "largest_layer_params + 18 B/param ÷ GPUs): DeepSpeed's figure has no activations, buckets, "
+                    "CUDA context or NCCL.", "deepspeed"))
     if s.strategy == "zero2" and b.deepspeed_exact:
-        out.append("model_states_bytes reproduces DeepSpeed's estimate_zero2_model_states_mem_needs (2 B/param "
-                   "replicated + 18 B/param ÷ GPUs, current DeepSpeed; docs printed before PR #5099 show 4 + 16/N).")
+        out.append(("model_states_bytes reproduces DeepSpeed's estimate_zero2_model_states_mem_needs (2 B/param "
+                    "replicated + 18 B/param ÷ GPUs, current DeepSpeed; docs printed before PR #5099 show 4 + "
+                    "16/N).", "deepspeed"))
     return out
 
 
@@ -428,7 +445,8 @@ def fsdp_memory_estimate(args: MemoryInput, progress: Progress) -> MemoryOutput:
         headroom_bytes=None if gpu is None else gpu - b.total_bytes,
         max_micro_batch_size=ladder.largest_micro_batch(setup) if fits else None,
         phases=[PhaseOut(name=p.name, bytes=p.bytes) for p in b.phases], deepspeed=_deepspeed(b),
-        notes=[*b.assumptions, *notes_for(b, label)], assumptions=[*assumed, *assumptions_for(b)],
+        notes=[NoteOut(text=text, ref=_ref(key)) for text, key in notes_for(b, verdict)],
+        assumptions=[*assumed, *assumptions_for(b)],
         advice=[AdviceOut(action=r.action, cost=r.cost, saves_bytes=r.saves_bytes,
                           total_after_bytes=r.total_after_bytes, fits_after=r.fits_after, ref=_ref(r.ref))
                 for r in rungs],
@@ -474,7 +492,7 @@ def render(out: MemoryOutput) -> str:
     if out.deepspeed:
         parts.append(("DeepSpeed estimator (reproduced):\n" if out.deepspeed.exact else
                       "DeepSpeed estimator (mixed-precision Adam; your setup differs):\n") + out.deepspeed.printed)
-    parts.append("notes:\n" + "\n".join(f"- {n}" for n in out.notes))
+    parts.append("notes:\n" + "\n".join(f"- {n.text}" + (f" ({n.ref.id})" if n.ref else "") for n in out.notes))
     parts.append("assumptions:\n" + "\n".join(f"- {a}" for a in out.assumptions))
     return "\n\n".join(parts)
 
