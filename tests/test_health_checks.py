@@ -56,7 +56,7 @@ def test_healthy_8xh100_passes_every_check():
     ("thermal-throttle", Verdict.FAIL, 3, "clock_events", Verdict.FAIL, "GOT-24"),
     ("thermal-throttle", Verdict.FAIL, 3, "temperature", Verdict.WARN, "GOT-24"),
     ("exclusive-process", Verdict.WARN, 0, "compute_mode", Verdict.WARN, "GOT-09"),
-    ("mig-on", Verdict.WARN, 0, "mig_mode", Verdict.WARN, None),
+    ("mig-on", Verdict.WARN, 0, "mig_mode", Verdict.WARN, "GOT-28"),
     ("mig-on", Verdict.WARN, 0, "vram_unattributed", Verdict.SKIP, None),
     ("gpu-lost", Verdict.FAIL, 6, "reachable", Verdict.FAIL, "GOT-18"),
     ("fabric-in-progress", Verdict.FAIL, 0, "fabric", Verdict.FAIL, "NODE-05"),

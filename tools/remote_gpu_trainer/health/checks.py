@@ -71,6 +71,10 @@ E_NOT_LOADED = EntryRef(file="references/gotchas_universal.md", id="GOT-12")
 E_NO_DEVICES = EntryRef(file="references/gotchas_universal.md", id="GOT-13")
 E_NO_LIBRARY = EntryRef(file="references/gotchas_universal.md", id="GOT-17")
 E_FABRIC = EntryRef(file="references/multinode.md", id="NODE-05")
+E_MIG = EntryRef(file="references/gotchas_universal.md", id="GOT-28")
+E_INFOROM = EntryRef(file="references/gotchas_universal.md", id="GOT-29")
+E_VBIOS = EntryRef(file="references/gotchas_universal.md", id="GOT-30")
+E_NVLINK = EntryRef(file="references/gotchas_universal.md", id="GOT-31")
 E_GPU_BUSY = EntryRef(file="references/training/oom-memory.md", id="OOM-06")
 
 
@@ -222,7 +226,7 @@ def check_inforom(gpu: GpuSnapshot, ctx: GpuContext) -> Check:
     if not value:
         return Check(name=name, verdict=Verdict.WARN, observed="corrupted", threshold="valid",
                      explanation="the InfoROM (where ECC and retirement records live) is corrupted: error "
-                                 "accounting is unreliable; the GPU needs service")
+                                 "accounting is unreliable; the GPU needs service", entry=E_INFOROM)
     return Check(name=name, verdict=Verdict.PASS, observed="valid", threshold="valid", explanation="InfoROM is valid")
 
 
@@ -391,10 +395,10 @@ def check_mig(gpu: GpuSnapshot, ctx: GpuContext) -> Check:
         return Check(name=name, verdict=Verdict.WARN, observed=observed, threshold="off",
                      explanation="MIG is on: each process sees only a slice (select it with CUDA_VISIBLE_DEVICES="
                                  "MIG-<uuid>); one process cannot use several slices, so multi-GPU training across "
-                                 "MIG instances does not work")
+                                 "MIG instances does not work", entry=E_MIG)
     if pending != current:
         return Check(name=name, verdict=Verdict.WARN, observed=observed, threshold="pending = current",
-                     explanation="a MIG mode change waits for a GPU reset")
+                     explanation="a MIG mode change waits for a GPU reset", entry=E_MIG)
     return Check(name=name, verdict=Verdict.PASS, observed=observed, threshold="off", explanation="whole GPU")
 
 
@@ -455,7 +459,7 @@ def check_nvlink(gpu: GpuSnapshot, ctx: GpuContext) -> Check:
     if verdict is Verdict.PASS:
         return Check(name=name, verdict=verdict, observed=observed, threshold=threshold, explanation="all links up")
     return Check(name=name, verdict=verdict, observed=observed, threshold=threshold, explanation="; ".join(why),
-                 entry=E_FATAL_XID)
+                 entry=E_NVLINK)
 
 
 def _holder_text(holder: Holder) -> str:

@@ -169,7 +169,7 @@ def _vbios_check(snapshots: Sequence[GpuSnapshot]) -> Check:
         text = "; ".join(f"{model}: {', '.join(v)}" for model, v in mixed.items())
         return Check(name="vbios_consistency", verdict=Verdict.WARN, observed=text, threshold=threshold,
                      explanation="GPUs of one model run different VBIOS versions: a swapped or reflashed board; "
-                                 "mention it to the provider if one GPU misbehaves")
+                                 "mention it to the provider if one GPU misbehaves", entry=C.E_VBIOS)
     return Check(name="vbios_consistency", verdict=Verdict.PASS, observed=f"{len(by_model)} model(s)",
                  threshold=threshold, explanation="same VBIOS on every GPU of a model")
 
