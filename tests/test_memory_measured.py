@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from mcp import Client
 
 from remote_gpu_trainer.errors import InputError
 from remote_gpu_trainer.memory.tool import SPECS
+from remote_gpu_trainer.server import build_server
 
 pytest.importorskip("torch")
 SPEC = SPECS[0]
@@ -52,6 +54,7 @@ def test_analytic_is_within_5_percent_of_the_measured_step(small_gpt, config):
     assert m is not None and m.peak_bytes > 0
     assert 0.95 <= m.ratio <= 1.05, (m.ratio, m.categories)
     assert m.ratio == round(m.analytic_peak_bytes / m.peak_bytes, 4)
+    assert sum(m.analytic_breakdown.values()) == m.analytic_peak_bytes
     assert any("forward block" in msg for msg in messages) and any("backward block" in msg for msg in messages)
     if config["strategy"] == "ddp" and config.get("world_size", 1) > 1:
         # The question's figure includes DDP's gradient bucket; the measured single replica cannot.
@@ -63,3 +66,26 @@ def test_a_measurement_that_runs_too_long_is_killed_with_a_clear_error():
     with pytest.raises(InputError) as err:
         measure("llama-3-70b", strategy="full_shard", world_size=8, measure_timeout_s=10)
     assert err.value.field == "measure" and "did not finish within 10 s" in str(err.value)
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_progress_reaches_an_mcp_client_during_a_measurement(small_gpt):
+    """The worker's progress lines travel child → tool thread → MCP progress notifications."""
+    seen: list[str] = []
+
+    async def on_progress(progress, total, message):
+        seen.append(message or "")
+
+    async with Client(build_server(), mode="legacy") as client:
+        result = await client.call_tool("fsdp_memory_estimate", {"model": small_gpt, "measure": True, "seq_len": 64},
+                                        progress_callback=on_progress)
+    assert not result.is_error, result.content[0].text
+    assert result.structured_content["measured"]["peak_bytes"] > 0
+    assert any("backward block" in m for m in seen) and any("optimizer step" in m for m in seen)
+
+
+def test_measurement_size_guard_names_the_limit():
+    with pytest.raises(InputError) as err:
+        SPEC.call({"model": "gpt2", "strategy": "full_shard", "world_size": 4096, "measure": True})
+    assert err.value.field == "world_size" and err.value.allowed == ["1..1024"]

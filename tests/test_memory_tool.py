@@ -129,6 +129,8 @@ def test_zero3_output_prints_deepspeeds_own_table():
     assert out.deepspeed.exact
     assert "SW: Model with 2851M total params, 32M largest layer params." in out.deepspeed.printed
     assert out.deepspeed.matched_options == "offload_param=none, offload_optimizer=none, zero_init=1"
+    # facts §10: a live t5-3b (2,851,598,336 params) prints slightly more than memory.rst's rounded 2851e6
+    assert "  127.48GB |   0.79GB | offload_param=none, offload_optimizer=cpu , zero_init=0" in out.deepspeed.printed
 
 
 def _catalog_examples() -> list[str]:

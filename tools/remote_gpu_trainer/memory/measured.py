@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -85,13 +86,14 @@ def run_measurement(job: MeasureJob, timeout_s: float,
                              text=True, env=env, start_new_session=True)
     tail: list[str] = []
     stdout: list[str] = []
+    updates: queue.Queue[tuple[float, float, str]] = queue.Queue()
 
     def pump_stderr() -> None:
         assert child.stderr is not None
         for line in child.stderr:
             if line.startswith(PROGRESS_PREFIX):
                 done, total, message = line[len(PROGRESS_PREFIX):].rstrip("\n").split(" ", 2)
-                progress(float(done), float(total), message)
+                updates.put((float(done), float(total), message))
             else:
                 tail.append(line)
                 del tail[:-40]
@@ -103,16 +105,25 @@ def run_measurement(job: MeasureJob, timeout_s: float,
     assert child.stdin is not None
     child.stdin.write(json.dumps(asdict(job)))
     child.stdin.close()
-    try:
-        child.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGKILL)  # the worker's whole process group, nothing else
+    # Progress is reported from the calling thread: the MCP server forwards it with
+    # anyio.from_thread, which works only from the worker thread that runs the tool.
+    deadline = time.monotonic() + timeout_s
+    while child.poll() is None and time.monotonic() < deadline:
+        try:
+            progress(*updates.get(timeout=0.2))
+        except queue.Empty:
+            pass
+    if child.poll() is None:
+        os.killpg(child.pid, signal.SIGKILL)  # the worker's own process group, nothing else
         child.wait()
-        raise MeasureError(f"measurement did not finish within {timeout_s:g} s (raise measure_timeout_s, or "
-                           "measure a shorter seq_len/fewer layers; fake-tensor cost grows with layers)") from None
-    finally:
         for reader in readers:
             reader.join(timeout=10)
+        raise MeasureError(f"measurement did not finish within {timeout_s:g} s (raise measure_timeout_s, or "
+                           "measure a shorter seq_len/fewer layers; fake-tensor cost grows with layers)")
+    for reader in readers:
+        reader.join(timeout=10)
+    while not updates.empty():
+        progress(*updates.get_nowait())
     out = "".join(stdout)
     if child.returncode != 0 or not out.strip():
         detail = "".join(tail).strip().splitlines()

@@ -26,6 +26,8 @@ Precision = Literal["fp32", "fp16_mixed", "bf16_mixed", "bf16_pure", "fp16_pure"
 Optimizer = Literal["adamw", "adam", "sgd", "sgd_momentum", "adam8bit", "adafactor"]
 Offload = Literal["none", "optimizer", "params_and_optimizer"]
 DEFAULT_SEQ_LEN = 2048
+MAX_MEASURED_WORLD = 1024
+MAX_MEASURED_BLOCKS = 256
 
 
 class MemoryInput(StrictModel):
@@ -110,6 +112,8 @@ class MeasuredOut(StrictModel):
     analytic_peak_bytes: int = Field(description="The analytic allocated peak for exactly the measured setup")
     ratio: float = Field(description="analytic / measured")
     categories: dict[str, int] = Field(description="Tracker categories at the measured peak, bytes")
+    analytic_breakdown: dict[str, int] = Field(description="The analytic peak's parts for the same setup, bytes")
+    analytic_peak_phase: str
     peak_phase: str
     seconds: float
     tracker: str
@@ -315,6 +319,8 @@ def assumptions_for(b: Breakdown) -> list[str]:
         out.append("DeepSpeed: 16-bit model and gradients, fp32 master weights + optimizer state + fp32 gradient "
                    "partition (its 18 B/param accounting); FusedAdam keeps no step temporaries; a 5e8-element "
                    "16-bit bucket buffer (EleutherAI's accounting) is counted in temporaries.")
+    if s.strategy == "ddp" and s.world_size == 1:
+        out.append("ddp with world_size 1 = plain single-GPU training (no DDP wrapper, no gradient buckets).")
     if s.strategy == "ddp" and s.mixed:
         out.append("DDP mixed precision = torch.autocast over fp32 parameters: autocast's cached 16-bit weight "
                    "copies live from forward to backward (working set).")
@@ -374,6 +380,17 @@ def _measure(setup: Setup, args: MemoryInput, progress: Progress) -> MeasuredOut
                          ["auto", "fp32", "bf16", "fp16"])
     twin = replace(setup, dropout=False, world_size=1 if setup.strategy == "ddp" else setup.world_size,
                    gpus_per_node=1 if setup.strategy == "ddp" else setup.gpus_per_node)
+    # Size guard. Fake tensors allocate nothing, but the step's Python cost grows with the number of
+    # blocks and, under FSDP, with the ranks each parameter is chunked into (Llama-3-70B, 64 ranks:
+    # ~80 s on 2 cores). Past these bounds, measure a smaller world size: states scale as 1/N, the rest
+    # does not depend on N.
+    blocks = len(setup.arch.blocks())
+    if twin.world_size > MAX_MEASURED_WORLD:
+        raise InputError("world_size", f"measure=true simulates every rank's shard bookkeeping; measure at "
+                         f"≤ {MAX_MEASURED_WORLD} GPUs and scale the states by N", allowed=[f"1..{MAX_MEASURED_WORLD}"])
+    if blocks > MAX_MEASURED_BLOCKS:
+        raise InputError("measure", f"{blocks} blocks is beyond the measured mode's {MAX_MEASURED_BLOCKS}-block "
+                         "limit; use the analytic figure (it matches measured steps within ~1 %)")
     differences = ["dropout off (CPU dropout keeps a dtype-sized noise tensor, CUDA a 1-byte mask)"]
     if setup.strategy == "ddp" and setup.world_size > 1:
         differences.append("one DDP replica without the DDP wrapper (gradient buckets are analytic only)")
@@ -394,9 +411,12 @@ def _measure(setup: Setup, args: MemoryInput, progress: Progress) -> MeasuredOut
         result = run_measurement(job, args.measure_timeout_s, progress)
     except MeasureError as err:
         raise InputError("measure", str(err)) from None
-    analytic = estimate(twin).allocated_peak_bytes
+    twin_b = estimate(twin)
+    analytic = twin_b.allocated_peak_bytes
+    parts = next(p for p in twin_b.phases if p.name == twin_b.peak_phase).parts
     return MeasuredOut(peak_bytes=result.peak_bytes, analytic_peak_bytes=analytic,
                        ratio=round(analytic / result.peak_bytes, 4), categories=result.categories,
+                       analytic_breakdown={k: v for k, v in parts.items() if v}, analytic_peak_phase=twin_b.peak_phase,
                        peak_phase=result.peak_phase, seconds=result.seconds,
                        tracker=f"{result.tracker} (torch {result.torch_version}, FakeTensorMode on CPU)",
                        compared_setup="; ".join(differences))
@@ -478,8 +498,10 @@ def render(out: MemoryOutput) -> str:
     if out.measured:
         m = out.measured
         cats = ", ".join(f"{k} {v / GIB:.2f}" for k, v in m.categories.items())
+        mine = ", ".join(f"{k} {v / GIB:.2f}" for k, v in m.analytic_breakdown.items())
         parts.append(f"measured ({m.tracker}, {m.seconds:.0f} s): peak {gib(m.peak_bytes)} at {m.peak_phase}; "
-                     f"analytic {gib(m.analytic_peak_bytes)}; ratio {m.ratio:.3f}\n  categories (GiB): {cats}\n"
+                     f"analytic {gib(m.analytic_peak_bytes)} at {m.analytic_peak_phase}; analytic/measured "
+                     f"{m.ratio:.3f}\n  measured (GiB): {cats}\n  analytic (GiB): {mine}\n"
                      f"  compared setup: {m.compared_setup}")
     if out.advice:
         lines = ["advice (cheapest first; each change re-estimated):"]
