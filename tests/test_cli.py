@@ -78,3 +78,33 @@ def test_rgt_console_script_runs_info():
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["name"] == "remote-gpu-trainer"
+
+
+class _ClosedPipe:
+    """A stdout whose reader went away (`rgt ... | head`)."""
+
+    def __init__(self, fd: int):
+        self._fd = fd
+
+    def write(self, _text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        pass
+
+    def fileno(self) -> int:
+        return self._fd
+
+
+def test_broken_pipe_exits_quietly_with_141(demo_cli, monkeypatch, tmp_path):
+    import os
+
+    fd = os.open(tmp_path / "sink", os.O_WRONLY | os.O_CREAT)
+    monkeypatch.setattr(sys, "stdout", _ClosedPipe(fd))
+    assert cli.main(["demo", "1"]) == 141
+
+
+def test_file_input_keeps_carriage_returns_so_line_numbers_match_grep(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_bytes(b"step 1\rstep 2\rstep 3\nValueError: Attempting to unscale FP16 gradients.\n")
+    assert cli._read_text(str(log)) == "step 1\rstep 2\rstep 3\nValueError: Attempting to unscale FP16 gradients.\n"

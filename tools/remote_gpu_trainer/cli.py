@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import types
 import typing
@@ -89,9 +90,10 @@ def _add_spec(subparsers: Any, spec: ToolSpec) -> None:
 
 
 def _read_text(path: str) -> str:
+    """Read a log as-is: ``newline=""`` keeps tqdm's ``\r`` redraws, so line numbers match ``grep -n``."""
     if path == "-":
-        return sys.stdin.read()
-    with open(path, encoding="utf-8", errors="replace") as handle:
+        return sys.stdin.buffer.read().decode("utf-8", errors="replace")
+    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
         return handle.read()
 
 
@@ -168,9 +170,15 @@ def _serve() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     namespace = build_parser().parse_args(argv)
-    if hasattr(namespace, "spec"):
-        return _run_spec(namespace.spec, namespace)
-    return namespace.handler(namespace)
+    try:
+        if hasattr(namespace, "spec"):
+            return _run_spec(namespace.spec, namespace)
+        return namespace.handler(namespace)
+    except BrokenPipeError:
+        # `rgt diagnose log | head`: the reader left. Point stdout at /dev/null so the interpreter's
+        # final flush cannot raise again (the pattern the Python signal docs recommend).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a killed pipeline member
 
 
 if __name__ == "__main__":
