@@ -18,6 +18,7 @@ TOOL_MODULES = (
     "remote_gpu_trainer.diagnose",
     "remote_gpu_trainer.providers",
     "remote_gpu_trainer.memory.tool",
+    "remote_gpu_trainer.render.tool",
 )
 
 
