@@ -475,11 +475,7 @@ def accelerate_config(args: RenderLaunchInput, precision: str) -> dict[str, Any]
         if multi:
             ds["deepspeed_multinode_launcher"] = "standard"
         config["deepspeed_config"] = ds
-    merged = merge_extra(config, args.extra_config, "accelerate")
-    problems = accelerate_problems(merged)
-    if problems:
-        raise InputError("extra_config", "the merged Accelerate config would be wrong: " + "; ".join(problems))
-    return merged
+    return merge_extra(config, args.extra_config, "accelerate")
 
 
 def deepspeed_config(args: RenderLaunchInput, precision: str) -> dict[str, Any]:
@@ -526,15 +522,12 @@ def deepspeed_config(args: RenderLaunchInput, precision: str) -> dict[str, Any]:
                                    "hysteresis": 2, "min_loss_scale": 1})
     config["steps_per_print"] = 100
     config["wall_clock_breakdown"] = False
-    merged = merge_extra(config, args.extra_config, "deepspeed")
-    problems = deepspeed_problems(merged)
-    if problems:
-        raise InputError("extra_config", "the merged DeepSpeed config would be wrong: " + "; ".join(problems))
-    return merged
+    return merge_extra(config, args.extra_config, "deepspeed")
 
 
 def merge_extra(config: dict[str, Any], extra: dict[str, Any], tool: str) -> dict[str, Any]:
-    """Merge extra_config into config (sections merge key by key), refusing keys the tool does not know."""
+    """Merge extra_config into config (sections merge key by key). Refuses keys the tool does not know,
+    and a merged result the tool would reject or silently ignore (e.g. fsdp_config on MULTI_GPU)."""
     if tool == "accelerate":
         top, nested = keys.ACCELERATE_TOP_KEYS, {k: v for _, (k, v) in keys.ACCELERATE_NESTED.items()}
     else:
@@ -562,6 +555,9 @@ def merge_extra(config: dict[str, Any], extra: dict[str, Any], tool: str) -> dic
                     section[sub] = item
         else:
             merged[key] = value
+    problems = accelerate_problems(merged) if tool == "accelerate" else deepspeed_problems(merged)
+    if problems:
+        raise InputError("extra_config", f"the merged {tool} config would be wrong: " + "; ".join(problems))
     return merged
 
 
