@@ -92,7 +92,8 @@ def _add_spec(subparsers: Any, spec: ToolSpec) -> None:
 def _read_text(path: str) -> str:
     """Read a log as-is: ``newline=""`` keeps tqdm's ``\r`` redraws, so line numbers match ``grep -n``."""
     if path == "-":
-        return sys.stdin.buffer.read().decode("utf-8", errors="replace")
+        raw = getattr(sys.stdin, "buffer", None)  # a StringIO stand-in (tests, embedding) has none
+        return raw.read().decode("utf-8", errors="replace") if raw else sys.stdin.read()
     with open(path, encoding="utf-8", errors="replace", newline="") as handle:
         return handle.read()
 
