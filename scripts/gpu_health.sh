@@ -251,6 +251,8 @@ elif [[ -n "$EXPECT" && $COUNT -gt $EXPECT ]]; then
 else
   add PASS - gpu_count "$COUNT" ""
 fi
+IFS=',' read -r -a ROW <<<"${ROWS[0]}"
+add PASS - driver "$(val driver_version)" "NVIDIA driver version (compare its CUDA version with torch.version.cuda, GOT-14)"
 if [[ $KLOG_READ -eq 0 ]]; then
   add UNKNOWN - xid "kernel log unreadable" "dmesg is restricted here (containers, dmesg_restrict): XIDs cannot be checked (GOT-26)"
 fi
@@ -362,6 +364,15 @@ for row in "${ROWS[@]}"; do
     add WARN "$g" power_limit "${plim}W of ${pdef}W default" "power-capped below the default: expect lower clocks"
   elif ! unread "$plim"; then add PASS "$g" power_limit "${plim}W" ""
   else add SKIP "$g" power_limit "$plim" ""; fi
+
+  # Compute capability decides whether bf16 runs natively (>= 8.0, Ampere) or emulated and slow (AMP-10).
+  cc=$(val compute_cap)
+  if [[ "$cc" =~ ^([0-9]+)\.([0-9]+)$ ]]; then
+    if [[ ${BASH_REMATCH[1]} -ge 8 ]]; then add PASS "$g" compute_cap "$cc ($(val name))" "bf16 runs natively"
+    else add PASS "$g" compute_cap "$cc ($(val name))" "no native bf16: train in fp16 with a GradScaler, or fp32 (AMP-10)"; fi
+  else
+    add SKIP "$g" compute_cap "$cc" "this driver does not report the compute capability (nvidia-smi >= 510 does)"
+  fi
 
   mig=$(val mig.mode.current)
   if [[ "$mig" == Enabled ]]; then add WARN "$g" mig "Enabled" "each process sees one MIG slice: select it with CUDA_VISIBLE_DEVICES=MIG-<uuid>"

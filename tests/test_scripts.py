@@ -106,6 +106,8 @@ def test_healthy_box_passes_every_check():
                   "pcie_width", "power_limit", "mig", "processes", "xid"):
         assert table[("0", check)][0] == "PASS" and table[("1", check)][0] == "PASS"
     assert table[("1", "temperature")][1] == "31C (slowdown 89C)"
+    assert table[("0", "compute_cap")] == ("PASS", "9.0 (NVIDIA H100 80GB HBM3)")
+    assert table[("-", "driver")] == ("PASS", "550.54.15")
     assert "overall: PASS" in result.stderr
 
 
@@ -143,6 +145,7 @@ def test_old_driver_falls_back_to_older_field_names(tmp_path):
     table = rows(result.stdout)
     assert table[("0", "clock_events")] == ("PASS", "none")  # read through clocks_throttle_reasons.*
     assert table[("0", "retired_pages")][0] == "PASS"  # no row remapping before Ampere
+    assert table[("0", "compute_cap")][0] == "SKIP"  # a field this driver does not know
     queries = [line for line in log.read_text().splitlines() if "--query-gpu" in line]
     assert "clocks_event_reasons.hw_slowdown" in queries[0]
     assert "clocks_throttle_reasons.hw_slowdown" in queries[-1] and "remapped_rows" not in queries[-1]

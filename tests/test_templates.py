@@ -425,6 +425,9 @@ def test_health_patrol_tells_running_stale_stopped_and_finished_apart(make_run, 
     run.wait_step(3)
     ok = poll()
     assert ok.returncode == 0 and " running " in ok.stdout and "gpu ok" in ok.stdout, ok.stdout
+    env_ecc = {**env, "FAKE_NVSMI_SCENARIO": str(SCRIPTS.parent / "tests/fixtures/nvidia-smi/ecc-error-h100x2.json")}
+    sick = subprocess.run(["bash", str(patrol), "once"], capture_output=True, text=True, timeout=60, env=env_ecc)
+    assert sick.returncode == 1 and "ALERT: GPU health FAIL" in sick.stdout and "GOT-19" in sick.stdout, sick.stdout
 
     os.killpg(run.pgid(), signal.SIGSTOP)  # a silent hang: alive, no progress (MON-04 verify)
     try:
