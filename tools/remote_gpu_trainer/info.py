@@ -63,6 +63,13 @@ def _installed_torch_version() -> str | None:
         return None
 
 
+@cache
+def _served_resource_count() -> int:
+    """The server registers its resources once at start-up, so the served set is fixed for its life;
+    walking and resolving every file again on each call cost ~0.8 ms."""
+    return len(skill_markdown_files())
+
+
 def _torch_backends(probe: bool, timeout_s: float) -> list[Backend]:
     version = _installed_torch_version()
     if version is None:
@@ -103,7 +110,7 @@ def skill_info(args: SkillInfoInput, progress: Progress) -> SkillInfo:
         backends=[Backend(name="nvml", available=nvml.ok, version=nvml.nvml_version, detail=nvml.detail),
                   *_torch_backends(args.probe_torch, args.timeout_s)],
         tools=[s.name for s in all_specs()],
-        resources=len(skill_markdown_files()),
+        resources=_served_resource_count(),
     )
 
 
