@@ -414,63 +414,59 @@ def run_dir(tmp_path):
     return folder
 
 
-def _group(token: str) -> subprocess.Popen:
-    """A stand-in run: a process group whose members carry RGT_RUN_TOKEN, like run_one's jobs."""
-    return subprocess.Popen(["bash", "-c", "sleep 60 & wait"], start_new_session=True,
-                            env={**os.environ, "RGT_RUN_TOKEN": token})
+@pytest.fixture
+def recorded_group(run_dir):
+    """Start a stand-in run: a process group whose members carry RGT_RUN_TOKEN=carried (as run_one's
+    jobs do), recorded in RUN_DIR/pgid with RUN_DIR/token=recorded. Killed (by its group id) at the end."""
+    started: list[subprocess.Popen] = []
+
+    def start(carried: str, recorded: str) -> subprocess.Popen:
+        proc = subprocess.Popen(["bash", "-c", "sleep 60 & wait"], start_new_session=True,
+                                env={**os.environ, "RGT_RUN_TOKEN": carried})
+        started.append(proc)
+        (run_dir / "pgid").write_text(f"{proc.pid}\n")
+        (run_dir / "token").write_text(f"{recorded}\n")
+        return proc
+
+    yield start
+    for proc in started:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def staleness(*args: str):
     return run_script("check_staleness.py", *args, env=fake_env("healthy-h100x2"))
 
 
-def test_fresh_heartbeat_of_a_live_group_is_running(run_dir):
-    proc = _group("tok-1")
-    try:
-        (run_dir / "pgid").write_text(f"{proc.pid}\n")
-        (run_dir / "token").write_text("tok-1\n")
-        (run_dir / "heartbeat").write_text(f"120 {time.time()}\n")
-        result = staleness(str(run_dir), "--json")
-        report = json.loads(result.stdout)
-        assert result.returncode == 0 and report["state"] == "running"
-        assert report["progress"]["source"] == "heartbeat" and report["progress"]["step"] == 120
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+def test_fresh_heartbeat_of_a_live_group_is_running(run_dir, recorded_group):
+    recorded_group("tok-1", "tok-1")
+    (run_dir / "heartbeat").write_text(f"120 {time.time()}\n")
+    result = staleness(str(run_dir), "--json")
+    report = json.loads(result.stdout)
+    assert result.returncode == 0 and report["state"] == "running"
+    assert report["progress"]["source"] == "heartbeat" and report["progress"]["step"] == 120
 
 
-def test_old_heartbeat_is_stale_and_stopped_group_is_flagged(run_dir):
-    proc = _group("tok-2")
-    try:
-        (run_dir / "pgid").write_text(f"{proc.pid}\n")
-        (run_dir / "token").write_text("tok-2\n")
-        beat = run_dir / "heartbeat"
-        beat.write_text("7\n")
-        old = time.time() - 900
-        os.utime(beat, (old, old))
-        stale = staleness(str(run_dir), "--max-age", "600", "--gpu")
-        assert stale.returncode == 1 and stale.stdout.startswith("STALE:")
-        assert "GPUs idle (0 %)" in stale.stdout
-        os.killpg(proc.pid, signal.SIGSTOP)
-        time.sleep(0.2)
-        stopped = staleness(str(run_dir))
-        assert stopped.returncode == 1 and stopped.stdout.startswith("STOPPED:")
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+def test_old_heartbeat_is_stale_and_stopped_group_is_flagged(run_dir, recorded_group):
+    proc = recorded_group("tok-2", "tok-2")
+    beat = run_dir / "heartbeat"
+    beat.write_text("7\n")
+    old = time.time() - 900
+    os.utime(beat, (old, old))
+    stale = staleness(str(run_dir), "--max-age", "600", "--gpu")
+    assert stale.returncode == 1 and stale.stdout.startswith("STALE:")
+    assert "GPUs idle (0 %)" in stale.stdout
+    os.killpg(proc.pid, signal.SIGSTOP)
+    time.sleep(0.2)
+    stopped = staleness(str(run_dir))
+    assert stopped.returncode == 1 and stopped.stdout.startswith("STOPPED:")
 
 
-def test_reused_group_id_without_the_token_is_not_the_run(run_dir):
-    proc = _group("someone-else")
-    try:
-        (run_dir / "pgid").write_text(f"{proc.pid}\n")
-        (run_dir / "token").write_text("tok-3\n")
-        result = staleness(str(run_dir))
-        assert result.returncode == 1 and result.stdout.startswith("DEAD:")
-        assert "belongs to other processes" in result.stdout
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+def test_reused_group_id_without_the_token_is_not_the_run(run_dir, recorded_group):
+    recorded_group("someone-else", "tok-3")
+    result = staleness(str(run_dir))
+    assert result.returncode == 1 and result.stdout.startswith("DEAD:")
+    assert "belongs to other processes" in result.stdout
 
 
 def test_exit_code_decides_finished_or_failed(run_dir):

@@ -596,6 +596,9 @@ def build_deepspeed(args: RenderLaunchInput) -> Plan:
         else:
             words += ["--num_gpus", str(args.nproc_per_node)]
         words += ["--master_port", str(port)]
+    notes.append("the launcher passes --local_rank=N to the script: accept it (argparse --local_rank, as "
+                 "deepspeed.add_config_arguments and the HF Trainer do) or the script exits with 'unrecognized "
+                 "arguments' (DIST-04)")
     flag = "--deepspeed" if args.hf_trainer else "--deepspeed_config"
     words += [args.script, *args.script_args, flag, ("$HERE/ds_config.json",)]
     notes.append(f"the script receives {flag} ds_config.json" + (" (HF Trainer/TrainingArguments)" if args.hf_trainer
