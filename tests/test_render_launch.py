@@ -84,7 +84,7 @@ def test_our_torchrun_flag_list_matches_the_installed_torch(torch_parser):
      {"nnodes": "2", "rdzv_endpoint": "10.0.0.1:29400", "rdzv_id": "42"}),
 ])
 def test_torchrun_commands_parse_with_torchs_own_parser(torch_parser, no_local_gpu, fields, expect):
-    result = render(launcher="torchrun", script_args=["--lr", "3e-4", "--name", "it's a test"], **fields)
+    result = render(launcher="torchrun", script_args="--lr 3e-4 --name \"it's a test\"", **fields)
     parsed = parse_with_torch(torch_parser, result.command)
     for key, value in expect.items():
         assert getattr(parsed, key) == value, (key, result.command)
@@ -335,6 +335,8 @@ def test_head_node_port_is_checked_only_on_the_head_node(no_local_gpu):
      "extra_config", "both enabled"),
     ({"launcher": "torchrun", "extra_config": {"x": 1}}, "extra_config", "no config file"),
     ({"launcher": "accelerate", "rdzv_id": "job"}, "rdzv_id", "torchrun"),
+    ({"launcher": "torchrun", "rdzv_backend": "static"}, "rdzv_backend", "multi-node"),
+    ({"launcher": "torchrun", "script_args": "--name 'unclosed"}, "script_args", "shell command line"),
     ({"launcher": "torchrun", "env": {"BAD-NAME": "1"}}, "env", "environment variable name"),
     ({"launcher": "torchrun", "gpu": "Voodoo 3"}, "gpu", "unknown GPU"),
     ({"launcher": "torchrun", "provider": "nowhere"}, "provider", "unknown provider"),
@@ -385,6 +387,12 @@ def test_rgt_render_template_prints_a_runnable_script(tmp_path, capsys):
     path.write_text(out)
     assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
     assert out.splitlines()[0] == "#!/usr/bin/env bash" and "# rgt render-template: PASS" in out
+
+
+def test_rgt_render_takes_script_args_as_one_shell_string(capsys, no_local_gpu):
+    assert cli.main(["render", "--launcher", "torchrun", "--nproc-per-node", "2", "--script", "train.py",
+                     "--script-args", "--lr 3e-4 --tag 'a b'", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["command"].endswith("train.py --lr 3e-4 --tag 'a b'")
 
 
 def test_rgt_render_exit_codes(capsys, no_local_gpu):

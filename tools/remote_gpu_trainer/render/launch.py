@@ -25,6 +25,7 @@ import hashlib
 import ipaddress
 import json
 import re
+import shlex
 import socket
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -73,7 +74,9 @@ class RenderLaunchInput(StrictModel):
                         "sees it), e.g. train.py")
     nproc_per_node: int = Field(ge=1, le=64, description="Processes (GPUs) per node")
     nnodes: int = Field(1, ge=1, le=1024, description="Number of nodes; > 1 needs master_addr (or scheduler=slurm)")
-    script_args: list[str] = Field(default_factory=list, description="Arguments for the training script")
+    script_args: str = Field("", max_length=20_000, description="Arguments for the training script as you would "
+                             "type them, shell-quoted: e.g. \"--lr 3e-4 --name 'run 1'\" (each word is re-quoted "
+                             "in launch.sh; $VARS are not expanded)")
     master_addr: str | None = Field(None, description="Head node's private IP (preferred) or hostname, reachable from "
                                     "every node (NODE-02); multi-node only")
     port: int | None = Field(None, ge=1, le=65535, description="Rendezvous/master port. Default: single node picks a "
@@ -173,7 +176,8 @@ def validate(args: RenderLaunchInput) -> None:
     slurm = args.scheduler == "slurm"
     _fail_if(not args.script.strip() or "\x00" in args.script or "\n" in args.script, "script",
              "must be one path or module name")
-    _fail_if(any("\x00" in a for a in args.script_args), "script_args", "must not contain NUL bytes")
+    _fail_if("\x00" in args.script_args, "script_args", "must not contain NUL bytes")
+    script_words(args)
     if args.launcher == "torchrun":
         _fail_if(args.strategy is not None, "strategy", "torchrun starts your script as is: the script chooses DDP or "
                  "FSDP. strategy applies to launcher=accelerate or deepspeed", allowed=["(omit for torchrun)"])
@@ -234,8 +238,9 @@ def validate(args: RenderLaunchInput) -> None:
              "the deepspeed launcher does not restart workers; use torchrun or accelerate")
     if args.rdzv_id is not None:
         _fail_if(not RDZV_ID.match(args.rdzv_id), "rdzv_id", "must be 1-64 letters, digits, . _ -")
-    _fail_if(args.rdzv_backend != "c10d" and args.launcher == "deepspeed", "rdzv_backend",
-             "the deepspeed launcher uses master_addr/master_port", allowed=["c10d (ignored default)"])
+    _fail_if(args.rdzv_backend != "c10d" and (args.launcher == "deepspeed" or not multi or slurm), "rdzv_backend",
+             "static rendezvous applies to multi-node torchrun/accelerate launches without Slurm",
+             allowed=["c10d (the default)"])
     if args.gpus is not None:
         _fail_if(not GPUS.match(args.gpus.replace(" ", "")), "gpus",
                  "must be a CUDA_VISIBLE_DEVICES value like \"0,1\"")
@@ -254,6 +259,14 @@ def validate(args: RenderLaunchInput) -> None:
                  "must be like \"=ens5\", \"eth0\" or \"^docker,lo\"")
     _fail_if(args.launcher == "torchrun" and bool(args.extra_config), "extra_config",
              "torchrun has no config file; pass options in script_args")
+
+
+def script_words(args: RenderLaunchInput) -> list[str]:
+    """The script's arguments, split as a shell would (quotes honoured)."""
+    try:
+        return shlex.split(args.script_args)
+    except ValueError as err:
+        raise InputError("script_args", f"cannot be split like a shell command line: {err}") from None
 
 
 def _is_ip(text: str) -> bool:
@@ -395,7 +408,7 @@ def build_torchrun(args: RenderLaunchInput) -> Plan:
         notes.append("static rendezvous: each node passes its own --node-rank; node 0 hosts the store")
     if args.max_restarts:
         words.append(f"--max-restarts={args.max_restarts}")
-    words += [args.script, *args.script_args]
+    words += [args.script, *script_words(args)]
     return Plan(command=words, notes=notes, needs_node_rank=needs_rank, port=port)
 
 
@@ -569,7 +582,7 @@ def build_accelerate(args: RenderLaunchInput) -> Plan:
         words += ["--machine_rank", _node_rank_word(args)]
     if args.max_restarts:
         words += ["--max_restarts", str(args.max_restarts)]
-    words += [args.script, *args.script_args]
+    words += [args.script, *script_words(args)]
     notes = ["every setting lives in accelerate_config.yaml; nothing falls back to accelerate's defaults (DIST-08)"]
     port = None
     if args.nnodes > 1:
@@ -600,7 +613,7 @@ def build_deepspeed(args: RenderLaunchInput) -> Plan:
                  "deepspeed.add_config_arguments and the HF Trainer do) or the script exits with 'unrecognized "
                  "arguments' (DIST-04)")
     flag = "--deepspeed" if args.hf_trainer else "--deepspeed_config"
-    words += [args.script, *args.script_args, flag, ("$HERE/ds_config.json",)]
+    words += [args.script, *script_words(args), flag, ("$HERE/ds_config.json",)]
     notes.append(f"the script receives {flag} ds_config.json" + (" (HF Trainer/TrainingArguments)" if args.hf_trainer
                                                                   else " (deepspeed.add_config_arguments)"))
     return Plan(command=words, notes=notes, needs_node_rank=needs_rank, port=port)
