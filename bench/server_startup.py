@@ -2,6 +2,8 @@
 
 Cold start = spawn `mcp run <file>` → initialize → tools/list. Per-call = skill_info vs a trivial
 tool over the same connection kind. Prints medians and ratios (goals: cold ≤ 1.3×, call ≤ 2×).
+The real server answers tools/list from a cache keyed by its code (see tool_cache.py); the run uses a
+fresh cache directory, reports the one cache-miss start on its own, then the warm starts.
 
     python bench/server_startup.py [--starts 7] [--calls 200]
 """
@@ -31,9 +33,12 @@ def ping() -> str:
 '''
 
 
+_ENV: dict[str, str] = {}
+
+
 def _params(server_file: Path) -> StdioServerParameters:
     return StdioServerParameters(command=str(Path(sys.executable).with_name("mcp")),
-                                 args=["run", str(server_file)], cwd=str(ROOT))
+                                 args=["run", str(server_file)], cwd=str(ROOT), env=_ENV)
 
 
 async def _cold_start(server_file: Path) -> float:
@@ -70,6 +75,8 @@ async def main(starts: int, calls: int) -> None:
         trivial = Path(tmp) / "trivial_server.py"
         trivial.write_text(TRIVIAL)
         real = ROOT / "tools" / "server.py"
+        _ENV["RGT_CACHE_DIR"] = str(Path(tmp) / "cache")  # empty: the first real start is a cache miss
+        miss = await _cold_start(real)
         cold = {"real": [], "trivial": []}
         for _ in range(starts):  # interleaved so machine load hits both equally
             cold["trivial"].append(await _cold_start(trivial))
@@ -78,8 +85,10 @@ async def main(starts: int, calls: int) -> None:
     med = statistics.median
     cold_ratio = med(cold["real"]) / med(cold["trivial"])
     call_ratio = med(call_real) / med(call_trivial)
+    print(f"first start real {miss:.3f} s  (tool-list cache miss: imports and registers every tool)  "
+          f"ratio {miss / med(cold['trivial']):.2f}x")
     print(f"cold start  real {med(cold['real']):.3f} s  trivial {med(cold['trivial']):.3f} s  "
-          f"ratio {cold_ratio:.2f}x  (goal <= 1.30x, {starts} starts each)")
+          f"ratio {cold_ratio:.2f}x  (goal <= 1.30x, {starts} starts each, cache warm)")
     print(f"per call    skill_info {med(call_real) * 1e3:.2f} ms  ping {med(call_trivial) * 1e3:.2f} ms  "
           f"ratio {call_ratio:.2f}x  (goal <= 2.00x, {calls} calls each)")
 

@@ -19,6 +19,14 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_tool_cache(tmp_path_factory):
+    """Tests never read or write the user's ~/.cache tool-list cache."""
+    import os
+
+    os.environ["RGT_CACHE_DIR"] = str(tmp_path_factory.mktemp("tool-cache"))
+
+
 @pytest.fixture(scope="session")
 def server():
     from remote_gpu_trainer.server import build_server

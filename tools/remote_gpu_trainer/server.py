@@ -21,10 +21,11 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.resources import FileResource
+from mcp.types import Tool as MCPTool
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from . import __version__
+from . import __version__, tool_cache
 from .errors import InputError
 from .paths import skill_markdown_files, skill_root
 from .registry import all_specs
@@ -77,27 +78,73 @@ def tool_function(spec: ToolSpec):
     return tool
 
 
-def build_server(root: Path | None = None, specs: list[ToolSpec] | None = None) -> MCPServer:
-    """The server for the skill at ``root`` (default: this checkout) with ``specs`` (default: registry)."""
-    server = MCPServer("remote-gpu-trainer", version=__version__, instructions=INSTRUCTIONS)
-    for spec in all_specs() if specs is None else specs:
-        server.add_tool(
-            tool_function(spec),
-            name=spec.name,
-            title=spec.title,
-            description=spec.description,
-            annotations=ToolAnnotations(
+class SkillServer(MCPServer):
+    """An MCPServer whose tools are registered on first need.
+
+    With the registry's tools, ``tools/list`` is answered from :mod:`tool_cache` when the code has
+    not changed since the list was last built, so a start-up imports no tool module at all; the
+    first ``tools/call`` (or a cache miss) registers every tool, as a plain MCPServer would have at
+    start. The listed tools are byte-for-byte those the registration produces (a test holds this).
+    """
+
+    def __init__(self, specs: list[ToolSpec] | None, cache_key: str | None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self._specs = specs
+        self._cache_key = cache_key
+        self._registered = False
+
+    def _ensure_registered(self) -> None:
+        # Runs on the event loop thread with no await inside, so two requests cannot both register.
+        if self._registered:
+            return
+        self._registered = True
+        for spec in all_specs() if self._specs is None else self._specs:
+            self.add_tool(
+                tool_function(spec),
+                name=spec.name,
                 title=spec.title,
-                read_only_hint=spec.read_only,
-                destructive_hint=spec.destructive,
-                idempotent_hint=spec.idempotent,
-                open_world_hint=spec.open_world,
-            ),
-            structured_output=True,
-        )
+                description=spec.description,
+                annotations=ToolAnnotations(
+                    title=spec.title,
+                    read_only_hint=spec.read_only,
+                    destructive_hint=spec.destructive,
+                    idempotent_hint=spec.idempotent,
+                    open_world_hint=spec.open_world,
+                ),
+                structured_output=True,
+            )
+
+    async def list_tools(self) -> list[MCPTool]:
+        if not self._registered and self._cache_key and (cached := tool_cache.load(self._cache_key)) is not None:
+            return cached
+        self._ensure_registered()
+        tools = await super().list_tools()
+        if self._cache_key:
+            tool_cache.store(self._cache_key, tools)
+        return tools
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        self._ensure_registered()
+        return await super().call_tool(name, arguments, context)
+
+    def _tool_input_schema(self, name: str) -> dict[str, Any] | None:
+        self._ensure_registered()
+        return super()._tool_input_schema(name)
+
+
+def build_server(root: Path | None = None, specs: list[ToolSpec] | None = None) -> SkillServer:
+    """The server for the skill at ``root`` (default: this checkout) with ``specs`` (default: registry).
+
+    Only the registry's tools are cached: the cache key covers the package's code, not ad-hoc specs.
+    """
+    root = root or skill_root()
+    cache_key = None
+    if specs is None and tool_cache.enabled():
+        cache_key = tool_cache.fingerprint((Path(__file__).resolve().parent, root / "scripts" / "templates"))
+    server = SkillServer(specs, cache_key, name="remote-gpu-trainer", version=__version__,
+                         instructions=INSTRUCTIONS)
     # One static resource per markdown file: a read can only name a URI listed here, so no
     # client-supplied path ever reaches the filesystem (traversal is impossible by construction).
-    root = root or skill_root()
     for rel in skill_markdown_files(root):
         server.add_resource(
             FileResource(
