@@ -78,8 +78,9 @@ def _candidates(s: Setup) -> list[tuple[int, str, str, str | None, Callable[[Set
                         "inter-node all-gathers", "sharding", lambda x: replace(x, strategy="full_shard")))
     if s.arch is not None and not s.activation_checkpointing:
         out.append((2, "Activation checkpointing on every block (model.gradient_checkpointing_enable(), or "
-                    "checkpoint_wrapper / torch.utils.checkpoint per block)", "one extra forward pass: up to ~1/3 more compute per step",
-                    "checkpointing", lambda x: replace(x, activation_checkpointing=True)))
+                    "checkpoint_wrapper / torch.utils.checkpoint per block)",
+                    "one extra forward pass: up to ~1/3 more compute per step", "checkpointing",
+                    lambda x: replace(x, activation_checkpointing=True)))
     if s.arch is not None and s.micro_batch_size > 1:
         half = max(1, s.micro_batch_size // 2)
         out.append((3, f"micro_batch_size={half} with twice the gradient accumulation steps (same effective "
