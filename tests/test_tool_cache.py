@@ -55,6 +55,18 @@ async def test_corrupt_cache_is_rebuilt(cache_dir):
     json.loads(next(cache_dir.glob("tools-*.json")).read_text())  # rewritten
 
 
+async def test_the_cache_is_written_once_not_on_every_list(cache_dir, monkeypatch):
+    writes = []
+    real_store = tool_cache.store
+    monkeypatch.setattr(tool_cache, "store", lambda key, tools: (writes.append(key), real_store(key, tools)))
+    async with Client(build_server(), mode="legacy", cache=None) as client:
+        for _ in range(3):
+            await client.list_tools()
+        await call_ok(client, "skill_info")
+        await client.list_tools()
+    assert len(writes) == 1
+
+
 def test_cache_can_be_disabled(monkeypatch):
     monkeypatch.setenv("RGT_NO_TOOL_CACHE", "1")
     assert build_server()._cache_key is None

@@ -92,6 +92,7 @@ class SkillServer(MCPServer):
         self._specs = specs
         self._cache_key = cache_key
         self._registered = False
+        self._cached_tools: list[MCPTool] | None = None
 
     def _ensure_registered(self) -> None:
         # Runs on the event loop thread with no await inside, so two requests cannot both register.
@@ -115,12 +116,16 @@ class SkillServer(MCPServer):
             )
 
     async def list_tools(self) -> list[MCPTool]:
-        if not self._registered and self._cache_key and (cached := tool_cache.load(self._cache_key)) is not None:
-            return cached
-        self._ensure_registered()
+        if self._registered or not self._cache_key:
+            self._ensure_registered()
+            return await super().list_tools()
+        if self._cached_tools is None:  # read the cache file once, not on every tools/list
+            self._cached_tools = tool_cache.load(self._cache_key)
+        if self._cached_tools is not None:
+            return self._cached_tools
+        self._ensure_registered()  # a miss: build once and write the cache once
         tools = await super().list_tools()
-        if self._cache_key:
-            tool_cache.store(self._cache_key, tools)
+        tool_cache.store(self._cache_key, tools)
         return tools
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
