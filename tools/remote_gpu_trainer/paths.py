@@ -1,4 +1,4 @@
-"""Where the skill's files live, and safe resolution of paths inside it.
+"""Where the skill's files live.
 
 The package sits at ``tools/remote_gpu_trainer`` inside the skill, so the skill root is two levels
 up. ``RGT_SKILL_ROOT`` overrides that for unusual installs (e.g. a wheel installed without the repo).
@@ -32,17 +32,3 @@ def skill_markdown_files(root: Path | None = None) -> list[Path]:
     for top in MARKDOWN_DIRS:
         candidates.extend(sorted((root / top).rglob("*.md")))
     return [p.relative_to(root) for p in candidates if p.is_file() and p.resolve().is_relative_to(root)]
-
-
-def resolve_inside(relative: str, root: Path | None = None) -> Path:
-    """Resolve ``relative`` under the skill root, refusing anything that escapes it.
-
-    Symlinks are resolved before the containment check, so a link pointing outside is refused too.
-    """
-    root = (root or skill_root()).resolve()
-    if not relative or "\x00" in relative or Path(relative).is_absolute():
-        raise ValueError(f"path must be relative to the skill root, got {relative!r}")
-    candidate = (root / relative).resolve()
-    if not candidate.is_relative_to(root):
-        raise ValueError(f"path {relative!r} escapes the skill root")
-    return candidate
