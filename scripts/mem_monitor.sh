@@ -29,7 +29,8 @@ Options:
   -h, --help     this help
 
 Environment: RGT_CGROUP_DIR points at a cgroup directory to read instead of discovering this
-process's own (for tests, or to watch another container's cgroup from the host).
+process's own (for tests, or to watch another container's cgroup from the host). RGT_PROC_DIR
+replaces /proc for the process list only (for tests).
 
 Exit status:
   0  below --warn-pct the whole time and no new OOM kill
@@ -160,14 +161,15 @@ sample() {
 shm_used() { local line; line=$(df -B1 --output=used,size /dev/shm 2>/dev/null | tail -n 1) || { echo "- -"; return; }; echo "$line"; }
 
 top_processes() {  # top_processes K -> "rss_bytes pid command" lines, largest first
-  local dir pid k v _ rss
-  for dir in /proc/[0-9]*; do
-    pid=${dir#/proc/}
+  local dir pid k v _ rss proc=${RGT_PROC_DIR:-/proc}
+  for dir in "$proc"/[0-9]*; do
+    pid=${dir##*/}
     rss=""
     while read -r k v _; do [[ $k == VmRSS: ]] && { rss=$((v * 1024)); break; }; done <"$dir/status" 2>/dev/null || continue
     [[ -n "$rss" ]] || continue
     echo "$rss $pid $(tr '\0' ' ' <"$dir/cmdline" 2>/dev/null | cut -c1-80)"
-  done | sort -rn | head -n "$1"
+  done | sort -rn | awk -v k="$1" 'NR <= k'  # awk reads to the end: `head` would quit early and,
+                                               # under pipefail, sort's SIGPIPE (141) would abort us
 }
 
 gib() {  # bytes -> GiB with two decimals, in integer arithmetic

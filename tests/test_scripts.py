@@ -80,6 +80,21 @@ def test_scripts_never_kill_by_name_or_pattern():
     assert command.search("x; pkill -f train.py") and command.search("  killall python")
 
 
+def test_no_early_exit_reader_after_a_pipe_under_pipefail():
+    """`producer | head` (or grep -q/-m) under `set -o pipefail`: the reader quits early, the producer
+    dies of SIGPIPE and the pipeline returns 141, which `set -e` turns into an abort whenever the
+    producer's output outgrows the pipe buffer. That crashed mem_monitor.sh in CI; readers that
+    consume all input (awk 'NR <= k', sed -n 1p) do not. `head -c N file | ...` reads a file, no pipe."""
+    early = re.compile(r"\|\s*(head\b|grep\s+-\w*[qm])")
+    for path in [*SCRIPTS.glob("*.sh"), *SCRIPTS.glob("templates/*.j2")]:
+        text = path.read_text()
+        if "pipefail" not in text:
+            continue
+        for number, line in code_lines(text):
+            assert not early.search(line), f"{path.name}:{number} pipes into {early.search(line).group(1)}"
+    assert early.search("ps aux | head -n 3") and early.search("x | grep -q y") and not early.search("awk 'NR<=3'")
+
+
 def test_shellcheck_is_clean():
     files = [str(p) for p in SCRIPTS.glob("*.sh")]
     files += [str(p) for p in FAKE_BIN.iterdir() if p.read_text().startswith("#!/usr/bin/env bash")]

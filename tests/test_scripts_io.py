@@ -66,6 +66,26 @@ def test_mem_monitor_alerts_at_the_threshold(tmp_path):
     assert result.returncode == 1 and "ALERT: working set at 90% of the limit" in result.stdout
 
 
+def test_mem_monitor_survives_a_process_list_larger_than_a_pipe(tmp_path):
+    """CI once failed with exit 141: `sort | head` under pipefail, where head quits after K lines and
+    sort, still writing a list bigger than the pipe buffer, dies of SIGPIPE. 3000 processes make the
+    sorted list ~100 KB, past the 64 KB pipe buffer, so the old pipeline fails here every time."""
+    proc = tmp_path / "proc"
+    for pid in range(1000, 4000):
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "status").write_text(f"Name:\tpython\nVmRSS:\t{pid} kB\n")
+        (proc / str(pid) / "cmdline").write_bytes(b"python\0train.py\0--config\0cfg.yaml\0")
+    cg = _cgroup_v2(tmp_path / "cg", current=15 * GIB, limit=str(16 * GIB))
+    env = fake_env(RGT_CGROUP_DIR=str(cg), RGT_PROC_DIR=str(proc))
+    result = run_script("mem_monitor.sh", "--once", "--top", "2", "--warn-pct", "80", env=env)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "ALERT: working set at 90% of the limit" in result.stdout
+    listed = [line for line in result.stdout.splitlines() if "pid " in line]
+    assert [line.split()[3] for line in listed] == ["3999", "3998"]
+    sampled = run_script("mem_monitor.sh", "--interval", "1", "--count", "1", env=env)  # 90% >= default 90: alert
+    assert sampled.returncode == 1 and "pid 3999" in sampled.stdout, sampled.stdout + sampled.stderr
+
+
 def test_mem_monitor_cgroup_v1_and_unlimited(tmp_path):
     cg = _cgroup_v1(tmp_path / "v1", usage=4 * GIB, limit=9223372036854771712)
     result = run_script("mem_monitor.sh", "--once", env=fake_env(RGT_CGROUP_DIR=str(cg)))
