@@ -216,6 +216,17 @@ def test_extra_config_merges_and_is_key_checked(no_local_gpu):
     assert config["zero_optimization"]["stage"] == 3 and config["wall_clock_breakdown"] is True
 
 
+def test_extra_config_with_a_key_deepspeed_removed_is_refused_with_the_replacement(no_local_gpu):
+    """DeepSpeed 0.19.8 refuses to start with these (tests/test_render_deepspeed_real.py shows it)."""
+    with pytest.raises(InputError) as caught:
+        render(launcher="deepspeed", nproc_per_node=1, extra_config={"amp": {"enabled": True}})
+    assert caught.value.field == "extra_config" and "removed in DeepSpeed 0.19.8" in str(caught.value)
+    assert "bf16" in str(caught.value)
+    config = json.loads(file_text(render(launcher="deepspeed", nproc_per_node=1, extra_config={"compile": {}}),
+                                  "ds_config.json"))
+    assert config["compile"] == {}  # a current key the first key list missed
+
+
 # --------------------------------------------------------------------------------- precision / GPUs
 
 

@@ -13,14 +13,20 @@ Where each set comes from (read in the released sources, not in docs):
   inside ``fsdp_config`` / ``deepspeed_config`` = the flags of the "FSDP Arguments" / "DeepSpeed
   Arguments" groups in ``accelerate/commands/launch.py`` (``_validate_launch_command`` copies them
   onto those flags); ``distributed_type`` values from ``utils/dataclasses.py::DistributedType``.
-* DeepSpeed 0.19.8 (PyPI sdist): top-level keys from ``deepspeed/runtime/constants.py`` and the
-  config readers in ``runtime/config.py``; ``zero_optimization`` keys = the fields and aliases of
-  ``DeepSpeedZeroConfig`` (``runtime/zero/config.py``); ``offload_*`` keys from
+* DeepSpeed 0.19.8 (PyPI sdist): top-level keys = those ``DeepSpeedConfig`` reads from the dict
+  (recorded by passing it a dict that logs every lookup), plus the sections other modules read
+  (optimizer, scheduler, activation_checkpointing, aio, autotuning, flops_profiler), minus the keys
+  0.19.8 removed and now rejects (``DEEPSPEED_REMOVED_KEYS``); ``zero_optimization`` keys = the
+  fields and aliases of ``DeepSpeedZeroConfig`` (``runtime/zero/config.py``); ``offload_*`` keys from
   ``runtime/zero/offload_config.py``; ``fp16``/``bf16`` keys from ``runtime/precision_config.py``;
   the batch rule from ``DeepSpeedConfig._batch_assertion``; launcher flags from
   ``launcher/runner.py::parse_args``.
 * torchrun: ``torch/distributed/run.py::get_args_parser`` of torch 2.13.0. A test parses every
   rendered torchrun command with the installed torch's own parser, so a flag torch drops fails CI.
+
+The sets are held to the real packages by tests/test_render_accelerate_real.py (accelerate is in the
+dev extra, so CI runs it) and tests/test_render_deepspeed_real.py (DeepSpeed has no wheel; run it by
+hand where DeepSpeed is installed).
 """
 
 from __future__ import annotations
@@ -67,14 +73,27 @@ ACCELERATE_LAUNCH_FLAGS = frozenset({
 
 DEEPSPEED_TOP_KEYS = frozenset({
     "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "steps_per_print",
-    "optimizer", "scheduler", "fp16", "bf16", "bfloat16", "amp", "torch_autocast", "gradient_clipping",
+    "optimizer", "scheduler", "fp16", "bf16", "bfloat16", "torch_autocast", "gradient_clipping",
     "zero_optimization", "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "wall_clock_breakdown",
-    "memory_breakdown", "prescale_gradients", "gradient_predivide_factor", "communication_data_type",
-    "seq_parallel_communication_data_type", "sparse_gradients", "dump_state", "activation_checkpointing",
-    "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comet", "checkpoint", "data_types", "elasticity",
-    "aio", "compression_training", "data_efficiency", "autotuning", "pipeline", "disable_allgather",
-    "dataloader_drop_last", "comms_logger", "hybrid_engine", "graph_harvesting", "nebula",
+    "memory_breakdown", "prescale_gradients", "gradient_predivide_factor", "gradient_allreduce_op",
+    "communication_data_type", "seq_parallel_communication_data_type", "dump_state", "activation_checkpointing",
+    "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comet", "checkpoint", "datastates_ckpt", "data_types",
+    "aio", "data_efficiency", "autotuning", "pipeline", "disable_allgather", "dataloader_drop_last", "comms_logger",
+    "hybrid_engine", "compile", "tensor_parallel", "expert_parallel", "use_data_before_expert_parallelism",
+    "weight_quantization", "timers", "log_level", "vocabulary_size", "disable_python_gc",
+    "managed_gradient_accumulation",
 })
+DEEPSPEED_REMOVED_KEYS = {
+    # DeepSpeed 0.19.8 raises DeepSpeedConfigError at start-up when any of these is present
+    # (runtime/config.py::_REMOVED_TOP_LEVEL_CONFIG_KEYS, deepspeedai/DeepSpeed#8489).
+    "amp": "Apex AMP support is gone: use \"fp16\", \"bf16\" or \"torch_autocast\"",
+    "sparse_gradients": "gone: gradients of nn.Embedding(sparse=True) are still reduced sparsely without it",
+    "elasticity": "elastic training is gone: set the batch sizes directly",
+    "curriculum_learning": "moved under data_efficiency.data_sampling.curriculum_learning",
+    "nebula": "Nebula checkpointing is gone", "compression_training": "the compression library is gone",
+    "quantize_training": "MoQ is gone", "eigenvalue": "MoQ is gone", "sparse_attention": "gone",
+    "graph_harvesting": "gone", "progressive_layer_drop": "gone",
+}
 DEEPSPEED_ZERO_KEYS = frozenset({
     "stage", "contiguous_gradients", "reduce_scatter", "reduce_bucket_size", "use_multi_rank_bucket_allreduce",
     "allgather_partitions", "allgather_bucket_size", "overlap_comm", "compute_grad_norm", "load_from_fp32_weights",
@@ -110,7 +129,8 @@ DEEPSPEED_NESTED = {
 }
 DEEPSPEED_OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 DEEPSPEED_LAUNCH_FLAGS = frozenset({
-    "--hostfile", "--include", "--exclude", "--num_nodes", "--num_gpus", "--master_port", "--master_addr",
+    "--hostfile", "--include", "--exclude", "--num_nodes", "--num_gpus", "--num_accelerators", "--master_port",
+    "--master_addr", "--quiet",
     "--node_rank", "--launcher", "--launcher_args", "--module", "--no_python", "--no_local_rank", "--no_ssh",
     "--no_ssh_check", "--force_multi", "--save_pid", "--enable_each_rank_log", "--autotuning",
     "--bind_cores_to_rank", "--bind_core_list", "--ssh_port", "--venv_script", "--log_level",

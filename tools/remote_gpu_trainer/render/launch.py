@@ -547,6 +547,9 @@ def merge_extra(config: dict[str, Any], extra: dict[str, Any], tool: str) -> dic
         top, nested = keys.DEEPSPEED_TOP_KEYS, dict(keys.DEEPSPEED_NESTED)
     merged = json.loads(json.dumps(config))
     for key, value in extra.items():
+        if tool == "deepspeed" and key in keys.DEEPSPEED_REMOVED_KEYS:
+            raise InputError("extra_config", f"{key!r} was removed in DeepSpeed {keys.DEEPSPEED_VERSION}, which "
+                             f"refuses to start with it: {keys.DEEPSPEED_REMOVED_KEYS[key]}", allowed=sorted(top))
         if key not in top:
             raise InputError("extra_config", f"{key!r} is not a {tool} config key (checked against {tool} "
                              f"{keys.ACCELERATE_VERSION if tool == 'accelerate' else keys.DEEPSPEED_VERSION})",
