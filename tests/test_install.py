@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import tomllib
 
 import pytest
 
@@ -100,12 +101,26 @@ def test_cli_install_json_and_exit_codes(home, capsys):
 
 def test_manifests_parse_and_point_at_the_server():
     mcp_json = json.loads((ROOT / ".mcp.json").read_text())["mcpServers"][SERVER_NAME]
-    assert mcp_json["args"][-1].endswith("/tools/server.py")
+    assert mcp_json["args"] == ["run", "tools/server.py"]  # a project server runs in the project dir
     gemini = json.loads((ROOT / "gemini-extension.json").read_text())
     assert "_" not in next(iter(gemini["mcpServers"]))
     assert gemini["mcpServers"][SERVER_NAME]["args"][-1] == "${extensionPath}/tools/server.py"
     assert (ROOT / gemini["contextFileName"]).is_file()
-    plugin = json.loads((ROOT / ".claude-plugin" / "plugin.json").read_text())
-    assert plugin["name"] == SKILL_NAME
-    json.loads((ROOT / ".claude-plugin" / "marketplace.json").read_text())
     assert (ROOT / "tools" / "server.py").is_file()
+
+
+def test_the_claude_plugin_is_defined_by_its_marketplace_entry_alone():
+    """Claude Code 2.1.197, tried for real: with a .claude-plugin/plugin.json at the root, a
+    ~/.claude/skills link to this checkout (what `rgt install --claude` makes) loads as a plugin
+    and starts a second, failing copy of the server; plugin.json beside a marketplace entry that
+    names components fails to load ("conflicting manifests"); and ${CLAUDE_PLUGIN_ROOT:-.} in the
+    plugin's .mcp.json expanded to ".". So: no plugin.json, one strict:false marketplace entry with
+    the server inline under ${CLAUDE_PLUGIN_ROOT}."""
+    assert not (ROOT / ".claude-plugin" / "plugin.json").exists()
+    marketplace = json.loads((ROOT / ".claude-plugin" / "marketplace.json").read_text())
+    (entry,) = marketplace["plugins"]
+    assert entry["name"] == SKILL_NAME and entry["source"] == "./" and entry["strict"] is False
+    assert entry["mcpServers"][SERVER_NAME]["args"] == ["run", "${CLAUDE_PLUGIN_ROOT}/tools/server.py"]
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    gemini = json.loads((ROOT / "gemini-extension.json").read_text())
+    assert entry["version"] == gemini["version"] == version
