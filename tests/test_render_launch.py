@@ -216,6 +216,14 @@ def test_extra_config_merges_and_is_key_checked(no_local_gpu):
     assert config["zero_optimization"]["stage"] == 3 and config["wall_clock_breakdown"] is True
 
 
+def test_a_batch_that_does_not_multiply_out_fails_and_points_at_dist_29(no_local_gpu):
+    result = render(launcher="deepspeed", nproc_per_node=4, micro_batch_size=2, extra_config={"train_batch_size": 100})
+    check = by_name(result)["batch_sizes"]
+    assert result.verdict == "FAIL" and check.verdict == "FAIL" and check.observed == "100 != 2 x 1 x 4"
+    assert check.entry.id == "DIST-29"
+    assert by_name(render(launcher="deepspeed", nproc_per_node=4))["batch_sizes"].entry is None
+
+
 def test_extra_config_with_a_key_deepspeed_removed_is_refused_with_the_replacement(no_local_gpu):
     """DeepSpeed 0.19.8 refuses to start with these (tests/test_render_deepspeed_real.py shows it)."""
     with pytest.raises(InputError) as caught:

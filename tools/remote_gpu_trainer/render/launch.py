@@ -61,6 +61,7 @@ E_RDZV = EntryRef(file=DL, id="DIST-03")
 E_ORDINAL = EntryRef(file=DL, id="DIST-05")
 E_ACCEL = EntryRef(file=DL, id="DIST-08")
 E_DS_DEVICES = EntryRef(file=DL, id="DIST-09")
+E_DS_BATCH = EntryRef(file=DL, id="DIST-29")
 E_MASTER = EntryRef(file=NODE, id="NODE-02")
 E_SAME = EntryRef(file=NODE, id="NODE-12")
 E_BF16 = EntryRef(file=AMP, id="AMP-10")
@@ -710,11 +711,12 @@ def batch_check(data: dict[str, Any], world: int) -> Check:
                      explanation="'auto' values are filled in by the HF Trainer from TrainingArguments")
     if not all(isinstance(v, int) and v > 0 for v in values):
         return Check(name="batch_sizes", verdict=Verdict.FAIL, observed=str(values), threshold=rule,
-                     explanation="DeepSpeed needs positive integers (or 'auto' with the HF Trainer)")
+                     explanation="DeepSpeed needs positive integers (or 'auto' with the HF Trainer)", entry=E_DS_BATCH)
     ok = total == micro * accumulation * world
     return Check(name="batch_sizes", verdict=Verdict.PASS if ok else Verdict.FAIL,
                  observed=f"{total} {'=' if ok else '!='} {micro} x {accumulation} x {world}", threshold=rule,
-                 explanation="DeepSpeed's own assertion holds" if ok else "DeepSpeed will refuse to start")
+                 explanation="DeepSpeed's own assertion holds" if ok else "DeepSpeed will refuse to start",
+                 entry=None if ok else E_DS_BATCH)
 
 
 def flag_check(args: RenderLaunchInput, words: list[str | tuple[str]]) -> Check:
