@@ -19,7 +19,8 @@ from accelerate.commands.launch import _validate_launch_command, launch_command_
 from accelerate.utils import DistributedType
 from accelerate.utils.launch import prepare_multi_gpu_env
 
-from remote_gpu_trainer.render import keys
+from remote_gpu_trainer.render import installed, keys
+from remote_gpu_trainer.render.installed import accelerate_loads
 from remote_gpu_trainer.render.launch import RenderLaunchInput, render_launch
 
 
@@ -113,3 +114,28 @@ def test_a_misspelt_nested_key_passes_accelerate_silently_so_we_refuse_it(tmp_pa
         render_launch(RenderLaunchInput(launcher="accelerate", script="train.py", nproc_per_node=2, strategy="fsdp",
                                         check_host=False, extra_config={"fsdp_config": {"fsdp_ofload_params": True}}))
     assert "fsdp_ofload_params" in str(caught.value)
+
+
+# ----------------------------------------------------------------- render_launch's accelerate_here check
+
+
+def test_render_launch_loads_its_yaml_with_this_hosts_accelerate():
+    result = render_launch(RenderLaunchInput(launcher="accelerate", script="train.py", nproc_per_node=2, gpu="A100",
+                                             strategy="fsdp"))
+    (check,) = [c for c in result.checks if c.name == "accelerate_here"]
+    assert check.verdict == "PASS" and check.observed == f"accelerate {keys.ACCELERATE_VERSION} loads it as FSDP"
+
+
+def test_a_key_this_hosts_accelerate_does_not_know_fails_with_its_own_message():
+    """What a host with an older accelerate sees for a key added later, shown with a key 1.15 lacks."""
+    check = accelerate_loads("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\n"
+                             "mixed_percision: bf16\n", check_host=True)
+    assert check.verdict == "FAIL" and check.entry.id == "DIST-30"
+    assert "had unknown keys (['mixed_percision'])" in check.observed and "/tmp" not in check.observed
+
+
+def test_accelerate_here_skips_without_accelerate_or_without_host_checks(monkeypatch):
+    assert accelerate_loads("distributed_type: NO\n", check_host=False).verdict == "SKIP"
+    monkeypatch.setattr(installed.importlib.util, "find_spec", lambda name: None)
+    check = accelerate_loads("distributed_type: NO\n", check_host=True)
+    assert check.verdict == "SKIP" and check.observed == "accelerate is not installed here"

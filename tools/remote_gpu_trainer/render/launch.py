@@ -15,8 +15,8 @@ Bad or contradictory input is an InputError before anything is rendered. What ca
 by looking at the result or at this host becomes a check: the config parses, its keys are real
 keys of the tool that reads it, the batch arithmetic holds, the launcher flags exist, the script
 parses (bash -n, shellcheck), the port is free, there are enough GPUs, the precision suits the GPU
-generation. Host checks describe *this* machine: render on the box you launch from, or pass
-``check_host=false`` (they then read SKIP).
+generation, and this host's accelerate (if installed) loads the YAML. Host checks describe *this*
+machine: render on the box you launch from, or pass ``check_host=false`` (they then read SKIP).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from ..processes.tool import PortStatusInput, port_status
 from ..toolspec import no_progress
 from . import engine, keys
 from .gpus import BF16_MIN_CC, LocalGpus, capability_of, local_gpus
+from .installed import accelerate_loads
 from .templates import ENV_NAME, GPUS, IFNAME, load_profile_for, profile_context, shell_checks
 
 Launcher = Literal["torchrun", "accelerate", "deepspeed"]
@@ -860,6 +861,7 @@ def render_launch(args: RenderLaunchInput) -> RenderLaunchResult:
                                                            "accelerate_version": keys.ACCELERATE_VERSION})
         files.append(RenderedFile(name="accelerate_config.yaml", language="yaml", executable=False, text=text))
         checks += config_checks("accelerate", text, args)
+        checks.append(accelerate_loads(text, args.check_host))
         plan = build_accelerate(args)
     else:
         config = deepspeed_config(args, precision)
