@@ -56,6 +56,11 @@ async def call_error(client: Client, tool: str, arguments: dict[str, Any]) -> st
     return result.content[0].text
 
 
+def file_text(result, name: str) -> str:
+    """The text of one file a render tool returned (its result model, not the JSON form)."""
+    return next(f.text for f in result.files if f.name == name)
+
+
 def _gpu_count() -> int:
     # In a child process, so a sick driver cannot hang or pollute the test session.
     code = "from remote_gpu_trainer.nvml_session import nvml_status; s = nvml_status(); print(s.device_count or 0)"

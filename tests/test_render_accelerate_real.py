@@ -23,6 +23,8 @@ from remote_gpu_trainer.render import installed, keys
 from remote_gpu_trainer.render.installed import accelerate_loads
 from remote_gpu_trainer.render.launch import RenderLaunchInput, render_launch
 
+from .conftest import file_text
+
 
 def test_the_installed_accelerate_is_the_release_keys_py_was_read_from():
     assert metadata.version("accelerate") == keys.ACCELERATE_VERSION
@@ -52,7 +54,7 @@ def accelerate_launch(tmp_path, **fields):
     result = render_launch(RenderLaunchInput(launcher="accelerate", script="train.py", gpu="A100",
                                              check_host=False, **fields))
     path = tmp_path / "accelerate_config.yaml"
-    path.write_text(next(f.text for f in result.files if f.name == "accelerate_config.yaml"))
+    path.write_text(file_text(result, "accelerate_config.yaml"))
     argv = shlex.split(result.command.replace('"$HERE/accelerate_config.yaml"', str(path)))
     assert argv[:2] == ["accelerate", "launch"] and argv[-1] == "train.py"
     config = load_config_from_file(str(path))

@@ -35,6 +35,8 @@ from remote_gpu_trainer.errors import InputError  # noqa: E402
 from remote_gpu_trainer.render import keys  # noqa: E402
 from remote_gpu_trainer.render.launch import RenderLaunchInput, render_launch  # noqa: E402
 
+from .conftest import file_text  # noqa: E402
+
 READ_ELSEWHERE = {"optimizer", "scheduler", "activation_checkpointing", "aio", "autotuning", "flops_profiler"}
 """Top-level sections other DeepSpeed modules read (or DeepSpeedConfig reads through .keys())."""
 
@@ -115,13 +117,16 @@ class DataParallel:
         return self.size
 
 
-def deepspeed_reads(monkeypatch, world: int, **fields):
-    fields.setdefault("nproc_per_node", world)
+def rendered_json(**fields) -> dict:
     fields.setdefault("gpu", "A100")
     result = render_launch(RenderLaunchInput(launcher="deepspeed", script="train.py", check_host=False, **fields))
-    data = json.loads(next(f.text for f in result.files if f.name == "ds_config.json"))
+    return json.loads(file_text(result, "ds_config.json"))
+
+
+def deepspeed_reads(monkeypatch, data: dict, world: int):
+    """DeepSpeedConfig built from ``data`` as on ``world`` data-parallel GPUs."""
     monkeypatch.setattr(ds_config.dist, "get_rank", lambda: 0)
-    return result, ds_config.DeepSpeedConfig(data, mpu=DataParallel(world))
+    return ds_config.DeepSpeedConfig(data, mpu=DataParallel(world))
 
 
 @pytest.mark.parametrize(("strategy", "offload", "stage", "optimizer_device", "param_device"), [
@@ -129,8 +134,9 @@ def deepspeed_reads(monkeypatch, world: int, **fields):
     ("zero3", "optimizer_and_params", 3, "cpu", "cpu")])
 def test_rendered_zero_configs_build_in_deepspeed(monkeypatch, strategy, offload, stage, optimizer_device,
                                                   param_device):
-    _, ds = deepspeed_reads(monkeypatch, 4, strategy=strategy, offload=offload, micro_batch_size=2,
-                            gradient_accumulation_steps=8, gradient_clipping=1.0)
+    data = rendered_json(nproc_per_node=4, strategy=strategy, offload=offload, micro_batch_size=2,
+                         gradient_accumulation_steps=8, gradient_clipping=1.0)
+    ds = deepspeed_reads(monkeypatch, data, 4)
     assert (ds.train_batch_size, ds.train_micro_batch_size_per_gpu, ds.gradient_accumulation_steps) == (64, 2, 8)
     assert ds.zero_config.stage == stage and ds.gradient_clipping == 1.0 and ds.bfloat16_config.enabled
     offloads = (ds.zero_config.offload_optimizer, ds.zero_config.offload_param)
@@ -139,18 +145,15 @@ def test_rendered_zero_configs_build_in_deepspeed(monkeypatch, strategy, offload
 
 
 def test_rendered_fp16_config_builds_with_dynamic_loss_scaling(monkeypatch):
-    _, ds = deepspeed_reads(monkeypatch, 1, gpu="Tesla T4")
+    ds = deepspeed_reads(monkeypatch, rendered_json(nproc_per_node=1, gpu="Tesla T4"), 1)
     assert ds.float16_config.enabled and ds.float16_config.loss_scale == 0 and not ds.bfloat16_config.enabled
 
 
 def test_a_world_size_other_than_the_rendered_one_fails_deepspeeds_batch_check(monkeypatch):
     """The check is live: the same JSON on 3 GPUs breaks DeepSpeed's own batch assertion."""
-    result = render_launch(RenderLaunchInput(launcher="deepspeed", script="train.py", gpu="A100", nproc_per_node=4,
-                                             micro_batch_size=2, gradient_accumulation_steps=8, check_host=False))
-    data = json.loads(next(f.text for f in result.files if f.name == "ds_config.json"))
-    monkeypatch.setattr(ds_config.dist, "get_rank", lambda: 0)
+    data = rendered_json(nproc_per_node=4, micro_batch_size=2, gradient_accumulation_steps=8)
     with pytest.raises(AssertionError, match="Check batch related parameters"):
-        ds_config.DeepSpeedConfig(data, mpu=DataParallel(3))
+        deepspeed_reads(monkeypatch, data, 3)
 
 
 def test_removed_keys_stop_deepspeed_and_we_refuse_them_first():

@@ -21,7 +21,7 @@ from remote_gpu_trainer.render import launch as launch_module
 from remote_gpu_trainer.render.gpus import LocalGpus, capability_of, parse_visible
 from remote_gpu_trainer.render.launch import RenderLaunchInput, render_launch
 
-from .conftest import call_error, call_ok
+from .conftest import call_error, call_ok, file_text
 
 
 def render(**fields):
@@ -31,10 +31,6 @@ def render(**fields):
 
 def by_name(result) -> dict:
     return {c.name: c for c in result.checks}
-
-
-def file_text(result, name: str) -> str:
-    return next(f.text for f in result.files if f.name == name)
 
 
 @pytest.fixture
