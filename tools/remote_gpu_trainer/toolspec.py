@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ValidationError
 
 from .errors import InputError
+from .models import Verdict
 
 
 class Progress(Protocol):
@@ -22,6 +23,11 @@ class Progress(Protocol):
 
 def no_progress(done: float, total: float | None = None, message: str = "") -> None:
     """Progress sink for callers that do not display progress."""
+
+
+def exit_1_on_fail(result: Any) -> int:
+    """``exit_code`` for tools whose result carries a ``verdict``: a script can test FAIL by status."""
+    return 1 if result.verdict is Verdict.FAIL else 0
 
 
 @dataclass(frozen=True)

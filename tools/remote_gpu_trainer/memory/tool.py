@@ -15,7 +15,7 @@ from pydantic import Field
 from ..errors import InputError
 from ..models import EntryRef, StrictModel, Verdict
 from ..tables import GIB, format_table, gib
-from ..toolspec import Progress, ToolSpec
+from ..toolspec import Progress, ToolSpec, exit_1_on_fail
 from . import advice as ladder
 from .analytic import BYTES, FSDP, ZERO, Breakdown, Setup, estimate
 from .architecture import Architecture, load_architecture, presets
@@ -537,6 +537,6 @@ SPECS = [
         run=fsdp_memory_estimate,
         read_only=True,
         render_text=render,
-        exit_code=lambda out: 1 if out.verdict is Verdict.FAIL else 0,
+        exit_code=exit_1_on_fail,
     )
 ]

@@ -25,7 +25,7 @@ from pydantic_core import PydanticCustomError
 from ..errors import InputError
 from ..models import EntryRef, StrictModel, Verdict
 from ..tables import format_table
-from ..toolspec import Progress, ToolSpec
+from ..toolspec import Progress, ToolSpec, exit_1_on_fail
 from .fingerprint import parse_token
 from .launchers import find_launcher, launcher_kind
 from .ports import (
@@ -516,9 +516,6 @@ def _render_status(result: PortStatusResult) -> str:
     return "\n\n".join(parts)
 
 
-def _exit(result: KillPortHoldersResult | PortStatusResult) -> int:
-    return 1 if result.verdict is Verdict.FAIL else 0
-
 
 SPECS = [
     ToolSpec(
@@ -542,7 +539,7 @@ SPECS = [
         destructive=True,
         idempotent=True,
         render_text=_render_kill,
-        exit_code=_exit,
+        exit_code=exit_1_on_fail,
         cli_positional="ports",
     ),
     ToolSpec(
@@ -560,7 +557,7 @@ SPECS = [
         run=port_status,
         read_only=True,
         render_text=_render_status,
-        exit_code=_exit,
+        exit_code=exit_1_on_fail,
         cli_positional="port",
     ),
 ]

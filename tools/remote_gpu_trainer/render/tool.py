@@ -13,7 +13,7 @@ from pydantic import Field
 from ..health.checks import Check
 from ..models import EntryRef, StrictModel, Verdict, worst
 from ..tables import format_table
-from ..toolspec import Progress, ToolSpec
+from ..toolspec import Progress, ToolSpec, exit_1_on_fail
 from .launch import RenderedFile, RenderLaunchInput, RenderLaunchResult, render_launch
 from .templates import TEMPLATES, describe, render_script, shell_checks
 
@@ -84,9 +84,6 @@ def render_launch_text(result: RenderLaunchResult) -> str:
     return "\n\n".join(parts)
 
 
-def _exit(result: RenderTemplateResult | RenderLaunchResult) -> int:
-    return 1 if result.verdict is Verdict.FAIL else 0
-
 
 SPECS = [
     ToolSpec(
@@ -107,7 +104,7 @@ SPECS = [
         run=run_render_template,
         read_only=True,
         render_text=render_template_text,
-        exit_code=_exit,
+        exit_code=exit_1_on_fail,
         cli_positional="name",
     ),
     ToolSpec(
@@ -130,6 +127,6 @@ SPECS = [
         run=run_render_launch,
         read_only=True,
         render_text=render_launch_text,
-        exit_code=_exit,
+        exit_code=exit_1_on_fail,
     ),
 ]
