@@ -54,6 +54,11 @@ class ToolSpec:
     """Input field the CLI takes as positional argument(s), e.g. ``rgt ports 29500 29600-29610``."""
     cli_file_field: str | None = None
     """Text field the CLI reads from a FILE argument or stdin (``-``), e.g. a log for diagnose."""
+    remote: bool = False
+    """Machine-facing: the tool looks at or acts on a machine, so it takes an optional ``host`` (an ssh
+    alias or ``user@name[:port]``) and, given one, runs on that box through the transport in
+    :mod:`remote_gpu_trainer.remote`. The tool's own input model never declares ``host``; the registry
+    adds it to the MCP schema, the CLI (``--host``, default ``$RGT_HOST``) and the result."""
 
     def validate(self, arguments: dict[str, Any]) -> BaseModel:
         try:
