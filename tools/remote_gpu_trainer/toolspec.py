@@ -59,6 +59,16 @@ class ToolSpec:
     alias or ``user@name[:port]``) and, given one, runs on that box through the transport in
     :mod:`remote_gpu_trainer.remote`. The tool's own input model never declares ``host``; the registry
     adds it to the MCP schema, the CLI (``--host``, default ``$RGT_HOST``) and the result."""
+    internal: bool = False
+    """Not listed as an MCP tool or CLI command: a building block that a local tool runs on a box
+    through ``call`` with a ``host`` (e.g. the per-host facts a fleet check gathers)."""
+    unreachable: Callable[[Any, Exception], BaseModel] | None = None
+    """For a remote call whose box cannot be reached: build a result from the validated arguments and
+    the :class:`~remote_gpu_trainer.remote.RemoteError` instead of failing (``run_status`` answers
+    ``unreachable`` with what the provider makes likely). None: the error is raised."""
+    elicit: Callable[[Any], str | None] | None = None
+    """A question for the human before a costly action (MCP elicitation, where the client supports
+    it), or None when the arguments need no extra consent. A token alone can be obtained by the model."""
 
     def validate(self, arguments: dict[str, Any]) -> BaseModel:
         try:
