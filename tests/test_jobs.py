@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -55,11 +56,10 @@ def test_the_registry_is_bounded_and_refuses_when_every_slot_still_runs():
 
 
 def test_finished_jobs_expire_and_an_unknown_id_is_a_clear_input_error():
-    registry = JobRegistry(keep_s=0.0)
+    registry = JobRegistry(keep_s=0.5)
     job_id = registry.start(lambda p: 1)
     assert registry.wait(job_id, timeout_s=5).done
-    import time
-    time.sleep(0.01)
+    time.sleep(0.6)
     with pytest.raises(InputError) as err:
         registry.poll(job_id)
     assert err.value.field == "job_id" and "expired" in str(err.value)
