@@ -110,6 +110,8 @@ class AmpCheckResult(StrictModel):
     confirmations: list[CaseResult] = Field(default_factory=list, description="repro_scaler_bug results for "
                                                                            "the predicted variants (confirm=true)")
     torch_version: str | None = None
+    torch_missing: str | None = Field(None, description="confirm=true could not run because torch does not import "
+                                                        "here: why, and how to add it (confirmations are not_run)")
 
 
 @dataclass(frozen=True)

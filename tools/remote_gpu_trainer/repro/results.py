@@ -15,13 +15,14 @@ from pydantic import Field
 from ..models import EntryRef, StrictModel
 from .base import Case, Variant
 
-Status = Literal["reproduced", "cuda_only", "not_reproduced", "different_error", "timeout", "crashed"]
+Status = Literal["reproduced", "cuda_only", "not_reproduced", "different_error", "timeout", "crashed", "not_run"]
 
 STATUS_HELP = (
     "reproduced: the bug run failed exactly as described; cuda_only: the error comes from a CUDA kernel and "
     "this run was on CPU, where the same code runs clean; not_reproduced: the bug run finished without the "
     "failure on this torch; different_error: it failed with another error; timeout / crashed: the run was "
-    "killed or its worker died (the other cases still ran)."
+    "killed or its worker died (the other cases still ran); not_run: this machine cannot run it (torch is not "
+    "installed), which says nothing about the case."
 )
 
 

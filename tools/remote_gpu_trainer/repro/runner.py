@@ -24,6 +24,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..toolspec import Progress, no_progress
+from ..torch_hint import INSTALL_HINT, torch_missing
 
 IMPORT_TIMEOUT_S = 180.0
 """Limit for interpreter start + ``import torch`` + the first optimizer (2–8 s on a busy 2-core box)."""
@@ -49,6 +50,8 @@ class WorkerRun:
     worker_start_s: float | None = None
     workers: int = 0
     notes: list[str] = field(default_factory=list)
+    torch_missing: str | None = None
+    """Set when the worker could not import torch: what happened and how to add it (jobs are ``not_run``)."""
 
 
 def failed(job: Job, status: str, detail: str) -> dict[str, Any]:
@@ -64,6 +67,14 @@ def _worker_env(device: str, extra: dict[str, str] | None) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = ""
     env.update(extra or {})
     return env
+
+
+def _torch_problem(event: dict[str, Any]) -> str:
+    """The one sentence a user reads when the worker's ``import torch`` failed."""
+    if event["kind"] == "torch_missing":
+        return torch_missing(event["message"], event.get("python"))
+    return (f"torch is installed but does not import in {event.get('python')} ({event['message']}): "
+            f"reinstall it; {INSTALL_HINT}")
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -182,6 +193,12 @@ def _drive(proc: subprocess.Popen, events: queue.Queue, jobs: list[Job], pending
             _kill(proc)
             if event.get("field") == "device":
                 raise InputError("device", event["message"], allowed=["auto", "cpu"])
+            if event.get("kind") in ("torch_missing", "torch_broken"):
+                run.torch_missing = _torch_problem(event)
+                for i in list(pending):
+                    run.results[i] = failed(jobs[i], "not_run", "not run: torch is not importable here")
+                pending.clear()
+                return False
             for i in list(pending):
                 run.results[i] = failed(jobs[i], "crashed", event["message"])
             pending.clear()

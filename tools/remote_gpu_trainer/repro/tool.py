@@ -13,9 +13,10 @@ from typing import Literal
 from pydantic import Field
 
 from ..errors import InputError
-from ..models import StrictModel
+from ..models import StrictModel, Verdict
 from ..tables import format_table
 from ..toolspec import Progress, ToolSpec
+from ..torch_hint import EXIT_ENVIRONMENT
 from . import cases
 from .amp_check import AmpCheckInput, AmpCheckResult, check
 from .base import Case, Variant
@@ -44,6 +45,11 @@ class ReproInput(StrictModel):
 
 
 class ReproReport(StrictModel):
+    verdict: Verdict = Field(Verdict.PASS, description="PASS: every variant behaved as documented and its fix ran "
+                             "clean; FAIL: a variant timed out, crashed, failed differently or its fix failed; SKIP: "
+                             "nothing ran (torch_missing says why)")
+    torch_missing: str | None = Field(None, description="Set when torch cannot be imported here: why, and how to "
+                                                        "add it; every result is then not_run")
     torch_version: str | None = Field(description="torch in the worker, e.g. 2.13.0+cpu; null if it did not start")
     device: str | None = Field(description="Device the single-process cases ran on")
     cuda_available: bool | None
@@ -90,7 +96,9 @@ def repro(args: ReproInput, progress: Progress) -> ReproReport:
         notes.append("Ran on CPU with torch.amp.GradScaler('cpu'): the default GradScaler() targets CUDA and "
                      "disables itself without it, which would hide these bugs.")
     problems = [r for r in results if r.status in ("timeout", "crashed", "different_error") or r.fixed_ok is False]
+    verdict = Verdict.SKIP if run.torch_missing else Verdict.FAIL if problems else Verdict.PASS
     return ReproReport(
+        verdict=verdict, torch_missing=run.torch_missing,
         torch_version=run.torch_version, device=run.device, cuda_available=run.cuda_available, results=results,
         reproduced=sum(r.reproduced for r in results), cuda_only=sum(r.status == "cuda_only" for r in results),
         fixed_ok=sum(bool(r.fixed_ok) for r in results), problems=len(problems),
@@ -127,7 +135,14 @@ def render_case(r: CaseResult) -> str:
     return "\n".join(lines)
 
 
+def _not_run(torch_problem: str, results: list[CaseResult]) -> str:
+    names = ", ".join(f"{r.case}/{r.variant}" for r in results)
+    return f"SKIP — {len(results)} variant(s) not run ({names}).\n{torch_problem}"
+
+
 def render_repro(report: ReproReport) -> str:
+    if report.torch_missing:
+        return _not_run(report.torch_missing, report.results)
     head = (f"torch {report.torch_version or '?'} · device {report.device or '?'} · {len(report.results)} variant(s) "
             f"in {report.seconds:.1f} s (worker start {report.worker_start_s or 0:.1f} s) · reproduced "
             f"{report.reproduced}, cuda-only {report.cuda_only}, fixes ok {report.fixed_ok}/{len(report.results)}")
@@ -147,6 +162,7 @@ def amp_config_check(args: AmpCheckInput, progress: Progress) -> AmpCheckResult:
         confirmations, run = run_pairs(pairs, args.device if args.device == "cpu" else "auto", args.timeout_s,
                                        progress)
         result.confirmations, result.torch_version = confirmations, run.torch_version
+        result.torch_missing = run.torch_missing
     elif args.confirm:
         result.notes.append("confirm: no prediction has a repro variant, nothing to run")
     return result
@@ -165,7 +181,9 @@ def render_amp(result: AmpCheckResult) -> str:
                   f"  entry: {p.entry.file} {p.entry.id}"]
     lines += [f"advice: {a.text} ({a.entry.file} {a.entry.id})" for a in result.advice]
     lines += [f"note: {n}" for n in result.notes]
-    if result.confirmations:
+    if result.torch_missing:
+        lines += ["", "confirm: " + _not_run(result.torch_missing, result.confirmations)]
+    elif result.confirmations:
         lines += ["", f"confirmed on torch {result.torch_version}:"]
         rows = [[c.case, c.variant, c.status, c.exception_type, c.message or c.observed, _yes(c.fixed_ok)]
                 for c in result.confirmations]
@@ -174,10 +192,15 @@ def render_amp(result: AmpCheckResult) -> str:
 
 
 def _repro_exit(report: ReproReport) -> int:
+    if report.torch_missing:
+        return EXIT_ENVIRONMENT
     return 1 if report.problems else 0
 
 
 def _amp_exit(result: AmpCheckResult) -> int:
+    """The confirmation that was asked for could not run: an environment status, like a missing GPU."""
+    if result.torch_missing:
+        return EXIT_ENVIRONMENT
     return 1 if result.verdict.value == "FAIL" else 0
 
 
@@ -193,7 +216,9 @@ SPECS = [
             "fp16_unscale, no_inf_checks, bf16_adam_dtype, bf16_scaler (CUDA-only error; on CPU reported as "
             "cuda_only), double_unscale, fp16_overflow (NaN loss / skipped steps / scale collapse), "
             "fsdp_ddp_double_wrap (2 gloo ranks), or all. Use it to show a user their error is the known one and "
-            "that the fix works on their torch. Read-only: it runs toy models only, never the user's code."
+            "that the fix works on their torch. Read-only: it runs toy models only, never the user's code. "
+            "Needs torch: without it every case is not_run, verdict SKIP, and torch_missing says how to add it "
+            "(CLI exit 4)."
         ),
         input_model=ReproInput,
         output_model=ReproReport,

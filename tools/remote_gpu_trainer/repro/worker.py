@@ -96,8 +96,11 @@ def main() -> int:
     start = time.perf_counter()
     try:
         import torch
-    except ImportError as exc:
-        emit("error", message=f"torch is not importable by {sys.executable}: {exc}")
+    except ImportError as exc:  # an environment fact, not a failed case: the server says how to add torch
+        missing = isinstance(exc, ModuleNotFoundError) and (
+            (exc.name or "").split(".")[0] == "torch" or "No module named 'torch'" in str(exc))
+        emit("error", kind="torch_missing" if missing else "torch_broken", message=str(exc),
+             python=sys.executable)
         return 2
     # Toy-sized tensors gain nothing from an OpenMP pool, and on a busy box its spin-waits cost 10-50x;
     # one thread also keeps a later fork safe (libgomp hangs a child forked after its pool started).
