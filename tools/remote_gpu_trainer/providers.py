@@ -163,6 +163,54 @@ class ScriptOverrides(StrictModel):
     ssh_port_note: str
 
 
+NOT_DOCUMENTED = "not documented"
+"""The value of a lifecycle fact the provider's pages (listed as its source) do not state."""
+
+
+class DetectRule(StrictModel):
+    """One documented sign, visible from inside the box, that it runs on this provider.
+
+    Exactly one of ``env`` (a variable the provider sets in the box's environment) or ``file`` (a path
+    it creates) is given, and the rule cites the provider page that documents it: the idle tools name
+    the provider from these rules only, never from a hostname or a guess.
+    """
+
+    env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    file: str | None = Field(None, pattern=r"^/\S+$")
+    source: SourceRef = Field(min_length=1)
+    note: str | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> DetectRule:
+        if (self.env is None) == (self.file is None):
+            raise ValueError("a detect rule names exactly one of env or file")
+        return self
+
+
+class BoxAction(StrictModel):
+    """Stop or terminate: the command from inside the box and from the user's machine, and its effect.
+
+    A command the provider does not document is ``not documented`` (its source then lists the pages
+    read), never a guess. ``inside`` commands are shell words: ``$VAR`` is the provider's variable.
+    """
+
+    inside: Fact[str]
+    outside: Fact[str]
+    keeps: Fact[str]
+    wipes: Fact[str]
+    still_bills: Fact[str]
+
+
+class Lifecycle(StrictModel):
+    """What the idle tools need: how to recognise the provider from inside a box, and what stop and
+    terminate do. Stop is what an idle guard may run; terminate is shown, never run."""
+
+    detect: list[DetectRule]
+    detect_note: str | None = None
+    stop: BoxAction
+    terminate: BoxAction
+
+
 class ProfileFrontMatter(StrictModel):
     provider: str = Field(pattern=_SLUG)
     name: str
@@ -178,6 +226,7 @@ class ProfileFrontMatter(StrictModel):
     network: Network
     detach: Detach
     script_overrides: ScriptOverrides
+    lifecycle: Lifecycle
     sources: list[Source] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -222,6 +271,8 @@ def _citations(front: ProfileFrontMatter) -> Iterator[tuple[str, SourceRef]]:
         yield key, fact.source
     for tier in front.storage.tiers:
         yield f"storage.tiers[{tier.name}]", tier.source
+    for rule in front.lifecycle.detect:
+        yield f"lifecycle.detect[{rule.env or rule.file}]", rule.source
 
 
 def schema_keys() -> list[str]:

@@ -154,6 +154,8 @@ class GpuSnapshot:
     utilization_gpu: Reading[int] = NOT_READ
     power_limit_mw: Reading[int] = NOT_READ
     power_default_limit_mw: Reading[int] = NOT_READ
+    power_usage_mw: Reading[int] = NOT_READ
+    """Power draw now (nvmlDeviceGetPowerUsage): near idle draw on a loaded GPU is the sign of a stall."""
     pcie_width: Reading[int] = NOT_READ
     pcie_max_width: Reading[int] = NOT_READ
     pcie_gen: Reading[int] = NOT_READ
@@ -359,6 +361,7 @@ class PynvmlBackend:
         values["utilization_gpu"] = _map(self._call(index, "nvmlDeviceGetUtilizationRates", handle), lambda u: u.gpu)
         values["power_limit_mw"] = self._call(index, "nvmlDeviceGetEnforcedPowerLimit", handle)
         values["power_default_limit_mw"] = self._call(index, "nvmlDeviceGetPowerManagementDefaultLimit", handle)
+        values["power_usage_mw"] = self._call(index, "nvmlDeviceGetPowerUsage", handle)
         values["pcie_width"] = self._call(index, "nvmlDeviceGetCurrPcieLinkWidth", handle)
         values["pcie_max_width"] = self._call(index, "nvmlDeviceGetMaxPcieLinkWidth", handle)
         values["pcie_gen"] = self._call(index, "nvmlDeviceGetCurrPcieLinkGeneration", handle)

@@ -332,6 +332,21 @@ def zombie_orphan_namespaced() -> Scenario:
                      gpus, processes=processes)
 
 
+def idle_box() -> Scenario:
+    """A rented box whose run has ended: no utilisation, no processes, idle power draw."""
+    return _scenario("idle-8xh100", "8× H100 SXM, 0 % utilisation, no processes, ~70 W each (an idle box that "
+                     "still bills)", [h100(i, power_usage_mw=70_000) for i in range(8)])
+
+
+def busy_box() -> Scenario:
+    """Every GPU loaded by one training process (pid 7001, not a run of ours unless a ledger says so)."""
+    gpus = [h100(i, utilization_gpu=97, power_usage_mw=650_000, temperature_c=64, clock_event_reasons=0x0,
+                 memory=Memory(80 * GIB, 71 * GIB, 600 << 20),
+                 processes=(GpuProcess(7001 + i, 70 * GIB, ("compute",)),)) for i in range(8)]
+    return _scenario("busy-8xh100", "8× H100 SXM at 97 % utilisation, one training process per GPU, ~650 W each",
+                     gpus)
+
+
 SCENARIOS: dict[str, Callable[[], Scenario]] = {
     "healthy-8xh100": healthy,
     "ecc-dbe": ecc_dbe,
@@ -348,6 +363,8 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
     "container-healthy": container_healthy,
     "old-driver": old_driver,
     "zombie-orphan-namespaced": zombie_orphan_namespaced,
+    "idle-8xh100": idle_box,
+    "busy-8xh100": busy_box,
 }
 
 
