@@ -60,6 +60,7 @@ from pydantic import Field
 from .catalog import Catalog, Entry, Signature, fold, load_catalog, plain_text
 from .errors import InputError
 from .models import StrictModel
+from .next_step import next_step
 from .paths import skill_root
 from .tables import format_table
 from .toolspec import Progress, ToolSpec
@@ -69,6 +70,7 @@ MAX_HITS_PER_SIGNATURE = 200
 CONTEXT_WINDOW = 256 * 1024
 QUERY_WINDOW = 256 * 1024
 SHOWN_LINE_CHARS = 300
+FIX_CHARS = 1500
 
 Evidence = Literal["root", "error", "downstream", "note", "lexical"]
 TIER = {"root": 400.0, "error": 300.0, "downstream": 200.0, "note": 100.0}
@@ -100,6 +102,12 @@ class DiagnoseContext(StrictModel):
     exit_codes: list[int] = Field(default_factory=list)
     signals: list[str] = Field(default_factory=list, description="Named or implied by exit codes (-9, 137 → SIGKILL)")
     xid_codes: list[int] = Field(default_factory=list, description="NVIDIA Xid error codes (dmesg NVRM lines)")
+    model: str | None = Field(None, description="Model named in the text (from_pretrained(...), "
+                              "--model_name_or_path, _name_or_path)")
+    ports: list[int] = Field(default_factory=list, description="Ports named in the text (listen on :P, port: P, "
+                             "MASTER_PORT, --master_port)")
+    gpu_memory_gib: float | None = Field(None, description="GPU total capacity from an OOM message, GiB")
+    gpus_per_node: int | None = Field(None, description="--nproc_per_node / LOCAL_WORLD_SIZE named in the text")
 
 
 class InputLine(StrictModel):
@@ -122,7 +130,13 @@ class Match(StrictModel):
     signature: str | None = Field(None, description="The regex that matched (null for lexical matches)")
     matched_lines: int = Field(0, description="How many input lines the entry's signatures matched")
     short_fix: str = Field(description="The entry's minimal fix (first sentence of its Fix)")
-    tool_call: str | None = Field(None, description="Tool call that checks or reproduces it, from the entry")
+    fix: str = Field(description=f"The entry's whole Fix as written (markdown), up to {FIX_CHARS} characters, cut "
+                     "at a line boundary with a marker naming the entry when longer")
+    tool_call: str | None = Field(None, description="Next check: the entry's tool call (never diagnose_error "
+                                  "itself) with the model, world size, port, GPU count taken from the text; "
+                                  "'...' marks an argument listed in needs. null when the entry names no other check")
+    needs: list[str] = Field(default_factory=list, description="Arguments of tool_call the text does not name: "
+                             "supply them (e.g. model) before calling it")
 
 
 class DiagnoseOutput(StrictModel):
@@ -510,7 +524,34 @@ def rank_matches(catalog: Catalog, text: _Text, max_results: int) -> list[Match]
 def _match(e: Entry, score: float, evidence: str, line: InputLine | None, signature: str | None,
            matched_lines: int) -> Match:
     return Match(id=e.id, file=e.file, title=e.title, score=round(score, 2), evidence=evidence, line=line,
-                 signature=signature, matched_lines=matched_lines, short_fix=e.short_fix, tool_call=e.tool_call)
+                 signature=signature, matched_lines=matched_lines, short_fix=e.short_fix,
+                 fix=bounded_fix(e.fix, f"{e.file} {e.id}"))
+
+
+def bounded_fix(markdown: str, where: str, limit: int = FIX_CHARS) -> str:
+    """The Fix as written; past ``limit`` characters, cut after the last whole line that fits and say
+    where the rest is (a cut mid-line could end inside a command the reader would then run)."""
+    text = markdown.strip()
+    if len(text) <= limit:
+        return text
+    kept: list[str] = []
+    size = 0
+    for line in text.splitlines():
+        if size + len(line) + 1 > limit and kept:
+            break
+        kept.append(line[:limit])
+        size += len(line) + 1
+    return "\n".join(kept) + f"\n[… fix cut at {limit} characters; the rest is in {where}]"
+
+
+def with_next_steps(catalog: Catalog, matches: list[Match], context: DiagnoseContext) -> list[Match]:
+    """Fill each match's ``tool_call``/``needs`` from its entry and what the text names."""
+    known = context.model_dump()
+    known["port"] = context.ports[0] if context.ports else None
+    for m in matches:
+        step = next_step(catalog.entry(m.id).tools, known, just_ran="diagnose_error")
+        m.tool_call, m.needs = step.call, list(step.needs)
+    return matches
 
 
 # --------------------------------------------------------------------------------------------
@@ -549,6 +590,15 @@ def _context_patterns() -> dict[str, list[tuple[re.Pattern[str], bool]]]:
         "SIGSEGV": [r"(Segmentation fault)"], "SIGBUS": [r"(Bus error)"], "SIGKILL": [r"(Killed)[ \t]*$"],
         "SIGABRT": [r"(Aborted \(core dumped\))"],
         "xid_codes": [r"\bXid \([^)]*\): (\d+)"],
+        "model": [r"from_pretrained\(\s*[\"']([\w.\-/]+)[\"']",
+                  r"--model[_-]name[_-]or[_-]path[= ]+[\"']?([\w.\-/]+)",
+                  r"model_name_or_path[\"']?\s*[:=]\s*[\"']?([\w.\-/]+)",
+                  r"_name_or_path[\"']?\s*:\s*[\"']([\w.\-/]+)"],
+        "ports": [r"listen on \S*:(\d{2,5})\b", r"\bport: (\d{2,5})\b", r"\bMASTER_PORT=(\d{2,5})\b",
+                  r"--master[_-]port[= ](\d{2,5})\b"],
+        "gpu_memory_gib": [r"total capacity of (\d+(?:\.\d+)?) GiB"],
+        "gpus_per_node": [r"--nproc[_-]per[_-]node[= ](\d+)", r"\bnproc_per_node\s*[:=]\s*(\d+)",
+                          r"\bLOCAL_WORLD_SIZE=(\d+)", r"\blocal_world_size\s*[:=]\s*(\d+)"],
     }
 
     def compiled(pattern: str) -> tuple[re.Pattern[str], bool]:
@@ -601,6 +651,9 @@ def extract_context(text: str) -> DiagnoseContext:
         gpu_models=sorted(dict.fromkeys(m.strip() for m in every("gpu_models")))[:8],
         ranks=ints("ranks")[:64], local_ranks=ints("local_ranks")[:64], world_size=max(world) if world else None,
         exit_codes=exit_codes, signals=sorted(signals), xid_codes=ints("xid_codes")[:16],
+        model=first("model"), ports=[p for p in dict.fromkeys(int(x) for x in every("ports")) if 0 < p < 65536][:16],
+        gpu_memory_gib=float(first("gpu_memory_gib") or 0) or None,
+        gpus_per_node=int(first("gpus_per_node") or 0) or None,
     )
 
 
@@ -617,13 +670,14 @@ def diagnose(text: str, max_results: int = 5, root: Path | None = None) -> Diagn
         raise InputError("text", "is empty: paste the traceback, log tail or dmesg lines")
     catalog = load_catalog(root or skill_root())
     prepared = _Text(text)
-    matches = rank_matches(catalog, prepared, max_results)
+    context = extract_context(text)
+    matches = with_next_steps(catalog, rank_matches(catalog, prepared, max_results), context)
     first_error = _first_error(prepared)
     return DiagnoseOutput(
         summary=_summary(catalog, matches, prepared, first_error),
         matches=matches,
         first_error=prepared.input_line(first_error) if first_error is not None else None,
-        context=extract_context(text),
+        context=context,
         lines_scanned=len(prepared.lines),
         catalog_entries=len(catalog.entries),
     )
@@ -672,9 +726,14 @@ def render(out: DiagnoseOutput) -> str:
             detail = [f"{n}. {m.id} — {m.title}"]
             if m.line:
                 detail.append(f"   matched: {m.line.text}")
-            detail.append(f"   fix:     {m.short_fix}")
+            if n == 1:  # the likely cause gets its whole fix; the others their first step (--json has all)
+                detail.append("   fix:\n" + "\n".join("     " + line for line in m.fix.splitlines()))
+            else:
+                detail.append(f"   fix:     {m.short_fix}")
             if m.tool_call:
-                detail.append(f"   check:   {m.tool_call}")
+                pronoun = "it" if len(m.needs) == 1 else "them"
+                needs = f"  (supply {', '.join(m.needs)}: the log does not name {pronoun})"
+                detail.append(f"   check:   {m.tool_call}" + (needs if m.needs else ""))
             blocks.append("\n".join(detail))
         body = "\n\n".join(blocks)
     c = out.context
