@@ -55,7 +55,7 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from .catalog import Catalog, Entry, Signature, fold, load_catalog, plain_text
 from .errors import InputError
@@ -81,11 +81,38 @@ TIER = {"root": 400.0, "error": 300.0, "downstream": 200.0, "note": 100.0}
 
 
 class DiagnoseInput(StrictModel):
-    text: str = Field(
+    text: str | None = Field(
+        None,
         description="A pasted traceback, log tail or dmesg lines, as is: rank prefixes, timestamps, "
-        "progress bars and colour codes are fine. Up to 4 MiB of text; pass the end of a longer log.",
+        "progress bars and colour codes are fine. Up to 4 MiB of text; pass the end of a longer log. "
+        "Give text or log_path.",
     )
+    log_path: str | None = Field(
+        None, min_length=1, max_length=4096,
+        description="A log file on the machine the tool runs on (with host: a file on that box); its last "
+        "tail_bytes are read. Give text or log_path.")
+    tail_bytes: int = Field(1 << 20, ge=1024, le=4 << 20, description="How much of the end of log_path to read.")
     max_results: int = Field(5, ge=1, le=25, description="How many ranked matches to return.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DiagnoseInput:
+        if (self.text is None) == (self.log_path is None):
+            raise ValueError("give exactly one of text (the error text) or log_path (a log file to read)")
+        return self
+
+
+def read_tail(path: str, tail_bytes: int) -> str:
+    """The last ``tail_bytes`` of a log, from its first whole line: a long log is never read whole."""
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, 2)
+            handle.seek(max(0, size - tail_bytes))
+            data = handle.read(tail_bytes)
+    except OSError as err:
+        raise InputError("log_path", f"cannot read {path!r}: {err.strerror or err}") from None
+    if size > tail_bytes and b"\n" in data:
+        data = data.split(b"\n", 1)[1]
+    return data.decode("utf-8", errors="replace")
 
 
 class DiagnoseContext(StrictModel):
@@ -763,7 +790,8 @@ def _ranges(values: list[int]) -> str:
 
 
 def _run(args: DiagnoseInput, progress: Progress) -> DiagnoseOutput:
-    return diagnose(args.text, args.max_results)
+    text = args.text if args.text is not None else read_tail(args.log_path or "", args.tail_bytes)
+    return diagnose(text, args.max_results)
 
 
 SPECS = [
@@ -778,7 +806,8 @@ SPECS = [
             "(torch/CUDA/NCCL/driver/Python versions, ranks, GPU model, exit codes, signals, Xid). The "
             "root error ranks above its cascade (torchrun ChildFailedError, NCCL watchdog timeouts). "
             "Call it on any error text before answering; read the matched entry for the full fix. "
-            "Offline and read-only: it never runs anything on the machine."
+            "Give the text, or log_path to read the end (tail_bytes) of a log file; with host, a file on that "
+            "box. Read-only: it never runs anything on the machine."
         ),
         input_model=DiagnoseInput,
         output_model=DiagnoseOutput,
@@ -786,5 +815,6 @@ SPECS = [
         read_only=True,
         render_text=render,
         cli_file_field="text",
+        remote=True,
     )
 ]

@@ -109,6 +109,7 @@ SPECS = [
     ),
     ToolSpec(
         name="render_launch",
+        remote=True,
         cli="render",
         title="Render and check a torchrun / accelerate / deepspeed launch",
         description=(
