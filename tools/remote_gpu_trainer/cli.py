@@ -1,7 +1,9 @@
 """``rgt``: the same tools for humans. Subcommands and flags are generated from each ToolSpec's input
 model, so the CLI and the MCP server can never disagree about a tool's parameters or validation.
 
-Exit status: 0 success, 1 the check found a failure (per tool, see README), 2 bad input.
+Exit status: 0 success, 1 the check found a failure (per tool, see README), 2 bad input, 5 the host
+could not be reached or the remote call failed (the message names the cause and the next step).
+Machine-facing commands take ``--host`` (default ``$RGT_HOST``) and then run on that box over ssh.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from .tables import render_model
 from .toolspec import ToolSpec
 
 EXIT_INPUT_ERROR = 2
+EXIT_REMOTE_ERROR = 5
 
 
 def _unwrap_optional(annotation: Any) -> Any:
@@ -78,13 +81,30 @@ def _add_field(parser: argparse.ArgumentParser, name: str, field: FieldInfo, pos
     parser.add_argument(*flags, dest=name, **kwargs)
 
 
-def _add_spec(subparsers: Any, spec: ToolSpec) -> None:
-    parser = subparsers.add_parser(spec.cli, help=spec.title, description=spec.description)
+def _subparsers_for(subparsers: Any, groups: dict[str, Any], words: list[str]) -> Any:
+    """``rgt run start``: the spec's ``cli`` split on spaces, one parser per group word."""
+    for depth in range(len(words) - 1):
+        key = " ".join(words[: depth + 1])
+        if key not in groups:
+            group = subparsers.add_parser(words[depth], help=f"{key} commands")
+            groups[key] = group.add_subparsers(dest=f"command_{depth + 1}", required=True, metavar="COMMAND")
+        subparsers = groups[key]
+    return subparsers
+
+
+def _add_spec(subparsers: Any, spec: ToolSpec, groups: dict[str, Any]) -> None:
+    words = spec.cli.split()
+    parser = _subparsers_for(subparsers, groups, words).add_parser(words[-1], help=spec.title,
+                                                                   description=spec.description)
     for name, field in spec.input_model.model_fields.items():
         if name == spec.cli_file_field:
             parser.add_argument("file", nargs="?", default="-", help="file to read, or - for stdin (default)")
             continue
         _add_field(parser, name, field, positional=name == spec.cli_positional)
+    if spec.remote:
+        parser.add_argument("--host", default=os.environ.get("RGT_HOST") or None,
+                            help="run on this box over ssh (an ssh alias or user@name[:port]); "
+                            "default $RGT_HOST, else this machine")
     parser.add_argument("--json", action="store_true", dest="as_json", help="print the result as JSON")
     parser.set_defaults(spec=spec)
 
@@ -104,16 +124,25 @@ def _progress(done: float, total: float | None = None, message: str = "") -> Non
 
 
 def _run_spec(spec: ToolSpec, namespace: argparse.Namespace) -> int:
-    arguments = {k: v for k, v in vars(namespace).items() if k not in ("spec", "as_json", "command", "file")}
+    from .remote.errors import RemoteError
+
+    arguments = {k: v for k, v in vars(namespace).items()
+                 if k not in ("spec", "as_json", "file") and not k.startswith("command")}
     # An optional positional that was not given arrives as None or []: let the model default apply.
     arguments = {k: v for k, v in arguments.items() if not (k == spec.cli_positional and v in (None, []))}
+    if arguments.get("host") is None:
+        arguments.pop("host", None)
     try:
-        if spec.cli_file_field:
+        # A log named with --log-path is read by the tool (on the box, with --host), not from stdin.
+        if spec.cli_file_field and not (namespace.file == "-" and arguments.get("log_path")):
             arguments[spec.cli_file_field] = _read_text(namespace.file)
         result: BaseModel = spec.call(arguments, _progress)
     except (InputError, OSError) as err:
         print(f"rgt {spec.cli}: error: {err}", file=sys.stderr)
         return EXIT_INPUT_ERROR
+    except RemoteError as err:
+        print(f"rgt {spec.cli}: {err}", file=sys.stderr)
+        return EXIT_REMOTE_ERROR
     if namespace.as_json:
         print(result.model_dump_json(indent=2))
     else:
@@ -124,8 +153,10 @@ def _run_spec(spec: ToolSpec, namespace: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rgt", description="remote-gpu-trainer: checks for GPU training boxes")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    groups: dict[str, Any] = {}
     for spec in all_specs():
-        _add_spec(subparsers, spec)
+        if not spec.internal:
+            _add_spec(subparsers, spec, groups)
     serve = subparsers.add_parser("serve", help="start the MCP server on stdio")
     serve.set_defaults(handler=lambda _ns: _serve())
     _add_install(subparsers)

@@ -125,6 +125,7 @@ def render(info: SkillInfo) -> str:
 SPECS = [
     ToolSpec(
         name="skill_info",
+        remote=True,
         cli="info",
         title="Skill info and available backends",
         description=(

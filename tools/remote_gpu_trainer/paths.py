@@ -2,6 +2,7 @@
 
 The package sits at ``tools/remote_gpu_trainer`` inside the skill, so the skill root is two levels
 up. ``RGT_SKILL_ROOT`` overrides that for unusual installs (e.g. a wheel installed without the repo).
+The runtime a box gets (remote/runtime.py) carries the skill's files inside the package as ``_skill/``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ MARKDOWN_DIRS = ("references", "profiles")
 @cache
 def skill_root() -> Path:
     override = os.environ.get("RGT_SKILL_ROOT")
-    root = Path(override) if override else Path(__file__).resolve().parents[2]
+    bundled = Path(__file__).resolve().parent / "_skill"
+    root = Path(override) if override else bundled if bundled.is_dir() else Path(__file__).resolve().parents[2]
     return root.resolve()
 
 

@@ -21,14 +21,16 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.resources import FileResource
+from mcp.types import CallToolResult, ClientCapabilities, ElicitationCapability, TextContent, ToolAnnotations
 from mcp.types import Tool as MCPTool
-from mcp.types import ToolAnnotations
-from pydantic import Field
+from pydantic import BaseModel, Field, ValidationError
 
 from . import __version__, tool_cache
-from .errors import InputError
+from .errors import InputError, describe_validation_error
 from .paths import skill_markdown_files, skill_root
 from .registry import all_specs
+from .remote.errors import RemoteError
+from .tables import render_model
 from .toolspec import ToolSpec
 
 log = logging.getLogger(__name__)
@@ -53,29 +55,79 @@ def _forward_progress(ctx: Context):
     return report
 
 
+HOST_FIELD = Field(
+    None, min_length=1, max_length=300,
+    description="Run on this box over ssh: an alias from ~/.ssh/config or user@name[:port], as typed after "
+    "`ssh`. Omit for the machine the server runs on. The box needs the runtime once (box_install).")
+
+
 def tool_function(spec: ToolSpec):
-    """An async function whose signature is the spec's input fields, for MCPServer to introspect."""
+    """An async function whose signature is the spec's input fields, for MCPServer to introspect.
+
+    Machine-facing specs get one more parameter, ``host``. The text content is the spec's short summary
+    (what the CLI prints); the full result is the structured content.
+    """
     params = [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)]
-    annotations: dict[str, Any] = {"ctx": Context, "return": spec.output_model}
-    for name, field in spec.input_model.model_fields.items():
-        annotation = Annotated[(field.annotation, *field.metadata,
+    result_model = spec.result_model
+    annotations: dict[str, Any] = {"ctx": Context, "return": result_model}
+    fields = [(name, field.annotation, field.metadata, field) for name, field in spec.input_model.model_fields.items()]
+    for name, annotation_type, metadata, field in fields:
+        annotation = Annotated[(annotation_type, *metadata,
                                 Field(description=field.description, examples=field.examples))]
         default = inspect.Parameter.empty if field.is_required() else field.get_default(call_default_factory=True)
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default))
         annotations[name] = annotation
+    if spec.remote:
+        annotation = Annotated[str | None, HOST_FIELD]
+        params.append(inspect.Parameter("host", inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=None))
+        annotations["host"] = annotation
 
     async def tool(ctx: Context, **arguments: Any):
-        run = functools.partial(spec.call, arguments, _forward_progress(ctx))
         try:
-            return await anyio.to_thread.run_sync(run)
+            if spec.elicit is not None:
+                await _ask_consent(ctx, spec, arguments)
+            result = await anyio.to_thread.run_sync(functools.partial(spec.call, arguments, _forward_progress(ctx)))
         except InputError as err:
             raise ToolError(str(err)) from None
+        except RemoteError as err:
+            raise ToolError(f"{err} [{err.kind}]") from None
+        text = spec.render_text(result) if spec.render_text else render_model(result)
+        if spec.remote and getattr(result, "host", None):
+            text = f"[host {result.host}] {text}"
+        return CallToolResult(content=[TextContent(type="text", text=text)],
+                              structured_content=result.model_dump(mode="json"))
 
     tool.__name__ = spec.name
     tool.__doc__ = spec.description
-    tool.__signature__ = inspect.Signature(params, return_annotation=spec.output_model)  # type: ignore[attr-defined]
+    tool.__signature__ = inspect.Signature(params, return_annotation=result_model)  # type: ignore[attr-defined]
     tool.__annotations__ = annotations
     return tool
+
+
+class Consent(BaseModel):
+    confirm: bool = Field(description="Yes: go ahead with exactly what was shown")
+
+
+async def _ask_consent(ctx: Context, spec: ToolSpec, arguments: dict[str, Any]) -> None:
+    """Ask the human (MCP elicitation) before a costly action, where the client can ask at all.
+
+    A confirm token can be obtained by the model itself; a question shown to the person cannot. A client
+    without elicitation gets the token-only flow (the dry run still had to be shown and confirmed).
+    """
+    assert spec.elicit is not None
+    question = spec.elicit(spec.validate({k: v for k, v in arguments.items() if k != "host"}))
+    if not question:
+        return
+    try:
+        supported = ctx.session.check_client_capability(
+            ClientCapabilities(elicitation=ElicitationCapability()))
+    except Exception:  # no session object in this transport mode: treat as unsupported
+        supported = False
+    if not supported:
+        return
+    answer = await ctx.elicit(question, schema=Consent)
+    if answer.action != "accept" or not getattr(answer.data, "confirm", False):
+        raise InputError("confirm_token", f"the user did not agree ({answer.action}): nothing was changed")
 
 
 class SkillServer(MCPServer):
@@ -100,6 +152,8 @@ class SkillServer(MCPServer):
             return
         self._registered = True
         for spec in all_specs() if self._specs is None else self._specs:
+            if spec.internal:
+                continue
             self.add_tool(
                 tool_function(spec),
                 name=spec.name,
@@ -130,7 +184,18 @@ class SkillServer(MCPServer):
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         self._ensure_registered()
-        return await super().call_tool(name, arguments, context)
+        schema = self._tool_input_schema(name)
+        if schema is not None:  # the SDK drops undeclared arguments; a dropped host would answer about the wrong box
+            unknown = sorted(set(arguments or {}) - set(schema.get("properties", {})))
+            if unknown:
+                allowed = ", ".join(sorted(schema.get("properties", {})))
+                raise ToolError(f"{', '.join(unknown)}: not an argument of {name} (allowed: {allowed})")
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as err:
+            if isinstance(err.__cause__, ValidationError):  # the SDK's own check: say it as the CLI does
+                raise ToolError(describe_validation_error(err.__cause__)) from None
+            raise
 
     def _tool_input_schema(self, name: str) -> dict[str, Any] | None:
         self._ensure_registered()

@@ -7,11 +7,12 @@ flags. Both validate through :meth:`ToolSpec.call`, so an agent and a human get 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError, create_model
 
 from .errors import InputError
 from .models import Verdict
@@ -76,9 +77,50 @@ class ToolSpec:
         except ValidationError as err:
             raise InputError.from_validation(err) from None
 
+    @property
+    def result_model(self) -> type[BaseModel]:
+        """The output model, plus a top-level ``host`` for machine-facing tools (the host as the caller gave
+        it, None for this machine) and ``box`` (``user@host:port`` as ``ssh -G`` resolved it)."""
+        return _with_host(self.output_model) if self.remote else self.output_model
+
     def call(self, arguments: dict[str, Any], progress: Progress = no_progress) -> BaseModel:
-        """Validate ``arguments`` and run the tool. Raises :class:`InputError` for bad input."""
-        result = self.run(self.validate(arguments), progress)
-        if not isinstance(result, self.output_model):
-            raise TypeError(f"{self.name} returned {type(result).__name__}, not {self.output_model.__name__}")
-        return result
+        """Validate ``arguments`` and run the tool, here or, given a ``host``, on that box.
+
+        Raises :class:`InputError` for bad input and
+        :class:`~remote_gpu_trainer.remote.RemoteError` when the box cannot be reached or fails.
+        """
+        arguments = dict(arguments)
+        host = arguments.pop("host", None) if self.remote else None
+        args = self.validate(arguments)
+        if not host:
+            result = self.run(args, progress)
+            if not isinstance(result, self.output_model):
+                raise TypeError(f"{self.name} returned {type(result).__name__}, not {self.output_model.__name__}")
+            return _stamp(self.result_model, result, None, None) if self.remote else result
+        from .remote import RemoteError, call_remote, parse_host
+        from .remote.hosts import resolve
+
+        parsed = parse_host(host)
+        try:
+            data = call_remote(parsed, self.name, args.model_dump(mode="json"), progress)
+        except RemoteError as err:
+            if self.unreachable is None or not err.unreachable:
+                raise
+            return _stamp(self.result_model, self.unreachable(args, err), host, None)
+        data.update(host=host, box=resolve(parsed).identity)
+        return self.result_model.model_validate(data)
+
+
+@functools.cache
+def _with_host(model: type[BaseModel]) -> type[BaseModel]:
+    return create_model(
+        model.__name__, __base__=model, __module__=model.__module__,
+        host=(str | None, Field(None, description="The ssh host the result is about, as the caller gave it; "
+                                "null: the machine the tool ran on")),
+        box=(str | None, Field(None, description="user@host:port as ssh resolved the host; null when local")))
+
+
+def _stamp(model: type[BaseModel], result: BaseModel, host: str | None, box: str | None) -> BaseModel:
+    """``result`` as an instance of ``model`` (its subclass with host fields), without re-validating it."""
+    values = {name: getattr(result, name) for name in type(result).model_fields}
+    return model.model_construct(_fields_set={*result.model_fields_set, "host", "box"}, **values, host=host, box=box)

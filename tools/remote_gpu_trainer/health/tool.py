@@ -145,6 +145,7 @@ def render_zombies(report: ZombieReport) -> str:
 SPECS = [
     ToolSpec(
         name="gpu_health",
+        remote=True,
         cli="health",
         title="GPU pre-flight health check",
         description=(
@@ -173,6 +174,7 @@ SPECS = [
     ),
     ToolSpec(
         name="reap_vram_zombies",
+        remote=True,
         cli="zombies",
         title="Find and reap stale VRAM holders",
         description=(

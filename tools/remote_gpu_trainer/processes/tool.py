@@ -520,6 +520,7 @@ def _render_status(result: PortStatusResult) -> str:
 SPECS = [
     ToolSpec(
         name="kill_port_holders",
+        remote=True,
         cli="ports",
         title="Free ports held by stale processes (safe kill)",
         description=(
@@ -544,6 +545,7 @@ SPECS = [
     ),
     ToolSpec(
         name="port_status",
+        remote=True,
         cli="port-status",
         title="Is this port free? What should torchrun use instead?",
         description=(

@@ -207,6 +207,7 @@ def _amp_exit(result: AmpCheckResult) -> int:
 SPECS = [
     ToolSpec(
         name="repro_scaler_bug",
+        remote=True,
         cli="repro",
         title="Reproduce an AMP/GradScaler failure and its fix",
         description=(
@@ -230,6 +231,7 @@ SPECS = [
     ),
     ToolSpec(
         name="amp_config_check",
+        remote=True,
         cli="amp-check",
         title="Predict AMP/GradScaler failures from a training setup",
         description=(
