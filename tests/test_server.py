@@ -51,9 +51,14 @@ async def echo_client(request):
 
 async def test_every_registered_tool_is_typed_and_annotated(client):
     tools = {t.name: t for t in (await client.list_tools()).tools}
-    assert set(tools) == {s.name for s in all_specs()}
-    for spec in all_specs():
+    public = [s for s in all_specs() if not s.internal]
+    assert set(tools) == {s.name for s in public}
+    for spec in public:
         tool = tools[spec.name]
+        # machine-facing tools take host (added once by the registry) and say which host a result is about
+        assert ("host" in tool.input_schema["properties"]) is (spec.remote or "host" in spec.input_model.model_fields)
+        if spec.remote:
+            assert {"host", "box"} <= set(tool.output_schema["properties"])
         assert tool.description and tool.title
         assert tool.output_schema and tool.output_schema["type"] == "object"
         assert tool.annotations.read_only_hint is spec.read_only
