@@ -19,6 +19,7 @@ TOOL_MODULES = (
     "remote_gpu_trainer.providers",
     "remote_gpu_trainer.memory.tool",
     "remote_gpu_trainer.render.tool",
+    "remote_gpu_trainer.runs.tool",
     "remote_gpu_trainer.idle.tool",
     "remote_gpu_trainer.remote.box",
 )

@@ -1,0 +1,1 @@
+"""Training runs on the box: start detached, watch, diagnose, stop (``run_*`` tools, ``rgt run ...``)."""

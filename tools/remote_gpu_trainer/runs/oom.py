@@ -1,0 +1,101 @@
+"""OOM-kill evidence for a run on a box without a scheduler.
+
+Two sources, both read by the supervisor, which is the only one there when it happens:
+
+* **the cgroup's OOM-kill counter**: cgroup v2 ``memory.events`` (``oom_kill N``) of the cgroup in
+  the ``0::`` line of ``/proc/<pid>/cgroup``; on a cgroup v1 box the memory controller's
+  ``memory.oom_control`` carries the same ``oom_kill N`` line. The supervisor remembers every cgroup
+  the run's processes were seen in, with its count at first sight, and compares at the end: a rise
+  means the OOM killer killed something in there while the run lived. The counter covers the
+  cgroup's whole subtree, and a container's cgroup is shared with everything in the container, so
+  a rise only counts when the run also ended abnormally (SIGKILL or a non-zero exit).
+* **the kernel log**, where readable (``/dev/kmsg``; containers usually withhold it): the
+  ``Killed process <pid>`` line the OOM killer prints, matched to the run's pids.
+
+A SIGKILL with neither is reported as ``killed`` with the signal.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from pathlib import Path
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+_KILLED = re.compile(r"(?:Out of memory|Memory cgroup out of memory)[^\n]*?: Killed process (\d+)")
+
+Cgroup = tuple[str, str]
+"""(``v2`` or ``v1``, path inside that hierarchy)."""
+
+
+def cgroups_of(pid: int, proc: Path = Path("/proc")) -> list[Cgroup]:
+    """The cgroups of ``pid`` that can count OOM kills: the v2 one and the v1 memory one, if any."""
+    try:
+        text = (proc / str(pid) / "cgroup").read_text()
+    except OSError:
+        return []
+    found: list[Cgroup] = []
+    for line in text.splitlines():
+        _id, controllers, path = line.split(":", 2) if line.count(":") >= 2 else ("", "", "")
+        if controllers == "" and _id == "0":
+            found.append(("v2", path.strip() or "/"))
+        elif "memory" in controllers.split(","):
+            found.append(("v1", path.strip() or "/"))
+    return found
+
+
+def _events_file(cgroup: Cgroup, root: Path) -> list[Path]:
+    kind, path = cgroup
+    rel = path.lstrip("/")
+    if kind == "v1":
+        return [root / "memory" / rel / "memory.oom_control"]
+    # v2 is /sys/fs/cgroup itself, or /sys/fs/cgroup/unified on a hybrid box
+    return [root / rel / "memory.events", root / "unified" / rel / "memory.events"]
+
+
+def oom_kill_count(cgroup: Cgroup, root: Path = CGROUP_ROOT) -> int | None:
+    """The cgroup's ``oom_kill`` counter; None when unreadable (no memory controller there)."""
+    for path in _events_file(cgroup, root):
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                return int(value)
+    return None
+
+
+def _kmsg_lines(path: str, needle: str) -> list[str]:
+    """Records of the kernel ring buffer containing ``needle``, read without blocking."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    lines: list[str] = []
+    try:
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                break
+            except OSError as err:
+                if err.errno == errno.EPIPE:  # a record was overwritten while reading: skip it
+                    continue
+                raise
+            if not chunk:
+                break
+            lines.extend(line for line in chunk.decode(errors="replace").splitlines() if needle in line)
+    finally:
+        os.close(fd)
+    return lines
+
+
+def kernel_oom_lines(pids: set[int], kmsg: str = "/dev/kmsg") -> tuple[list[str], str | None]:
+    """Kernel-log lines saying the OOM killer killed one of ``pids``, and why the log was unreadable."""
+    try:
+        lines = _kmsg_lines(kmsg, "Killed process")
+    except OSError as err:
+        return [], f"kernel log not readable ({kmsg}: {err.strerror or err})"
+    found = [line.split(";", 1)[-1].strip() for line in lines
+             if (m := _KILLED.search(line)) and int(m.group(1)) in pids]
+    return found[-5:], None

@@ -1,0 +1,669 @@
+"""The run tools: ``run_start``, ``run_status``, ``run_logs``, ``run_stop``, ``run_list`` (``rgt run ...``).
+
+All are machine-facing (``remote=True``): with a ``host`` they run on that box over ssh, and all
+they look at is the box they run on. The run itself lives in a run directory on the box
+(``ledger.py``) watched by a detached supervisor (``supervisor.py``), so it survives the ssh
+connection, the MCP server and the agent; these tools only read that directory and the process
+table, or (run_stop) signal the run's processes through the same safe-kill machinery as
+``kill_port_holders``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from ..errors import InputError
+from ..models import StrictModel
+from ..processes.fingerprint import boot_id
+from ..processes.safekill import KillReport, printable, safe_kill
+from ..processes.snapshot import ZOMBIE, ProcessTable, read_start_ticks, snapshot
+from ..tables import format_table, gib
+from ..toolspec import Progress, ToolSpec
+from . import start as starting
+from .gpu import GpuUse, run_gpu_use
+from .ledger import EXIT, RUN_ID_PATTERN, STOP, SUPERVISOR, RunDir, list_runs, run_dir, write_json
+from .progress import Progress as TrainingProgress
+from .progress import progress_of, read_tail
+from .states import ENDED, State, classify, signal_name
+
+
+def _run_id_field() -> Any:
+    return Field(pattern=RUN_ID_PATTERN, max_length=96, description="The run_id that run_start returned")
+
+
+Check = Literal["port", "gpus", "disk"]
+
+
+# ================================================================== run_start
+
+
+class RunStartInput(StrictModel):
+    argv: list[str] | None = Field(None, min_length=1, max_length=4096, description="The command as a list of "
+                                   "words, e.g. ['torchrun', '--nproc-per-node=8', 'train.py']. Never run through "
+                                   "a shell. Give argv or command. CLI: the words after `--`.")
+    command: str | None = Field(None, min_length=1, max_length=65536, description="The command line as "
+                                "render_launch printed it; split like a shell would (quotes, leading NAME=value "
+                                "assignments become env) but never run by one: pipes, &&, redirections and $(...) "
+                                "are refused. Give argv or command.")
+    cwd: str | None = Field(None, min_length=1, max_length=4096, description="Working directory on the box "
+                            "(default: the home directory)")
+    env: dict[str, str] | None = Field(None, max_length=256, description="Extra environment variables for the run, "
+                                       "e.g. {'CUDA_VISIBLE_DEVICES': '0,1', 'NCCL_DEBUG': 'WARN'}")
+    name: str | None = Field(None, min_length=1, max_length=40, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+                             description="A short label, part of the run_id")
+    notify: list[str] | None = Field(None, min_length=1, max_length=64, description="A command (argv list, never "
+                                     "a shell string) the supervisor runs once when the run ends, fails, is "
+                                     "OOM-killed or stalls, with RGT_RUN_ID, RGT_RUN_STATE, RGT_RUN_DIAGNOSIS and "
+                                     "RGT_RUN_DIR set, e.g. ['curl', '-fsS', '-d', '@-', 'https://ntfy.sh/mytopic']")
+    gpus: list[int] | None = Field(None, max_length=1024, description="GPU indices the run uses (default: "
+                                   "CUDA_VISIBLE_DEVICES from env, else all); checked for other VRAM holders")
+    allow_shared_gpus: bool = Field(False, description="Start even when another process or another of our runs "
+                                    "holds those GPUs")
+    port: int | None = Field(None, ge=1, le=65535, description="Rendezvous port to check is free (default: from "
+                             "--master-port/--master_port/--rdzv-endpoint/MASTER_PORT; 29500 for torchrun)")
+    stall_after_s: float = Field(900.0, ge=1, le=7 * 86400, description="No log output (and idle GPUs, where NVML "
+                                 "can tell) for this long counts as stalled")
+    skip_checks: list[Check] = Field(default_factory=list, description="Quick checks not to run: port, gpus, disk")
+    min_free_disk_gib: float = Field(1.0, ge=0, le=100000, description="Free space needed on cwd and the runs "
+                                     "directory")
+
+    @model_validator(mode="after")
+    def _one_command(self) -> RunStartInput:
+        if (self.argv is None) == (self.command is None):
+            raise ValueError("give exactly one of argv (a list of words) or command (a command line)")
+        return self
+
+
+class CheckRow(StrictModel):
+    check: str
+    result: str
+
+
+class RunStarted(StrictModel):
+    run_id: str
+    state: State
+    detail: str
+    pid: int | None = Field(description="Training process (its process group id is the same)")
+    argv: list[str]
+    cwd: str
+    env_added: list[str] = Field(description="Names of the variables added (values are in meta.json, mode 0600)")
+    gpus: list[int] | None
+    port: int | None
+    checks: list[CheckRow]
+    run_dir: str
+    log: str
+    next_step: str
+
+
+def run_start(args: RunStartInput, progress: Progress) -> RunStarted:
+    env = dict(args.env or {})
+    if args.command is not None:
+        argv, assigned = starting.split_command(args.command)
+        env = {**assigned, **env}
+    else:
+        argv = list(args.argv or [])
+    if not argv[0]:
+        raise InputError("argv", "the first word (the program) is empty")
+    starting.check_env(env)
+    cwd = Path(os.path.expanduser(args.cwd or "~"))
+    if not cwd.is_dir():
+        raise InputError("cwd", f"{cwd} is not a directory on this box")
+    gpus = sorted(set(args.gpus)) if args.gpus is not None else starting.gpus_from_env(env)
+    port = args.port if args.port is not None else starting.rendezvous_port(argv, env)
+    progress(0, 3, "quick checks")
+    checks = {}
+    if "port" not in args.skip_checks:
+        checks["port"] = starting.check_port(port)
+    if "gpus" not in args.skip_checks:
+        checks["gpus"] = starting.check_gpus(gpus, args.allow_shared_gpus)
+    if "disk" not in args.skip_checks:
+        root = starting.runs_root()
+        root.mkdir(parents=True, exist_ok=True)
+        checks["disk"] = starting.check_disk([cwd, root], args.min_free_disk_gib)
+    progress(1, 3, "starting the supervisor")
+    run = starting.create_run(argv=argv, cwd=cwd, env_added=env, name=args.name, notify=args.notify, gpus=gpus,
+                              port=port, stall_after_s=args.stall_after_s, checks=checks)
+    starting.launch_supervisor(run)
+    meta = starting.wait_started(run)
+    status = classify(run)
+    progress(2, 3, f"run {run.run_id}: {status.state}")
+    step = (f"Watch it: run_status run_id={run.run_id} (or `rgt run status {run.run_id}`); stop it with run_stop."
+            if status.state not in ENDED else f"It already ended: run_status run_id={run.run_id} says why.")
+    return RunStarted(run_id=run.run_id, state=status.state, detail=status.detail, pid=meta.get("pid"), argv=argv,
+                      cwd=str(cwd), env_added=sorted(env), gpus=gpus, port=port,
+                      checks=[CheckRow(check=k, result=v) for k, v in checks.items()], run_dir=str(run.path),
+                      log=str(run.log), next_step=step)
+
+
+def render_started(result: RunStarted) -> str:
+    lines = [f"run {result.run_id}: {result.state}" + (f" ({result.detail})" if result.detail else ""),
+             f"pid {result.pid} · cwd {result.cwd} · log {result.log}",
+             f"command: {shlex.join(result.argv)}"]
+    lines += [f"check {c.check}: {c.result}" for c in result.checks]
+    lines.append(f"next: {result.next_step}")
+    return "\n".join(lines)
+
+
+# ================================================================== the run's processes
+
+
+class RunProcess(StrictModel):
+    pid: int
+    ppid: int
+    name: str
+    status: str
+    command: str
+
+
+def run_pids(run: RunDir, meta: dict[str, Any] | None = None) -> list[int]:
+    """The run's live processes: its process group and every descendant of its training process and
+    of the group's members (a worker that called setsid stays found). Never the supervisor."""
+    meta = meta if meta is not None else run.meta()
+    pid, pgid, ticks = meta.get("pid"), meta.get("pgid"), meta.get("start_ticks")
+    if not pid or meta.get("boot_id") != boot_id():
+        return []
+    table = ProcessTable.read()
+    found: set[int] = set()
+    if read_start_ticks(pid) == ticks:
+        found.add(pid)
+    for other in table.parent:
+        try:
+            same_group = os.getpgid(other) == pgid
+        except OSError:
+            continue
+        started = read_start_ticks(other)
+        if same_group and ticks is not None and started is not None and started >= ticks:
+            found.add(other)
+    for member in list(found):
+        found.update(table.descendants(member))
+    supervisor = (run.read(SUPERVISOR) or {}).get("pid")
+    found.discard(supervisor)
+    live = []
+    for candidate in sorted(found):
+        info = snapshot(candidate)
+        if info is not None and info.status != ZOMBIE:
+            live.append(candidate)
+    return live
+
+
+def describe_processes(pids: list[int]) -> list[RunProcess]:
+    rows = []
+    for pid in pids:
+        info = snapshot(pid)
+        if info is not None:
+            rows.append(RunProcess(pid=pid, ppid=info.ppid, name=info.name, status=info.status,
+                                   command=printable(info.command)[:300]))
+    return rows
+
+
+# ================================================================== run_status
+
+
+class RunStatusInput(StrictModel):
+    run_id: str = _run_id_field()
+    provider: str | None = Field(None, min_length=1, max_length=40, description="The box's provider (runpod, "
+                                 "vastai, lambda, ...). Only used when the box cannot be reached, to say what is "
+                                 "likely (a spot preemption, a stopped pod); guessed from the host name otherwise.")
+
+
+class DiagnosisRow(StrictModel):
+    id: str
+    file: str
+    title: str
+    evidence: str
+    line: str | None = Field(None, description="The log line that matched")
+    short_fix: str
+    tool_call: str | None = None
+
+
+class Notification(StrictModel):
+    event: str
+    state: str
+    at: float
+    exit_code: int | None = None
+    error: str | None = None
+
+
+class RunStatus(StrictModel):
+    run_id: str
+    state: State
+    detail: str
+    name: str | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    signal_name: str | None = None
+    started_at: float | None = Field(None, description="Unix time the training process started")
+    ended_at: float | None = None
+    runtime_s: float | None = None
+    pid: int | None = None
+    command: str | None = None
+    log: str | None = Field(None, description="Path of the log on the box")
+    log_bytes: int | None = None
+    log_idle_s: float | None = Field(None, description="Seconds since the log last changed")
+    stall_after_s: float | None = None
+    progress: TrainingProgress | None = Field(None, description="Parsed from the last 64 KiB of the log only")
+    processes: list[RunProcess] = Field(default_factory=list, description="The run's live processes")
+    gpu: list[GpuUse] = Field(default_factory=list, description="NVML: VRAM of the run's own pids, their GPUs' use")
+    gpu_note: str | None = None
+    diagnosis: list[DiagnosisRow] = Field(default_factory=list, description="On failure: diagnose_error's top "
+                                          "entries for the log tail")
+    oom: dict[str, Any] | None = Field(None, description="OOM evidence the supervisor gathered at the end")
+    notifications: list[Notification] = Field(default_factory=list)
+    next_step: str
+
+
+def _diagnosis(run: RunDir) -> list[DiagnosisRow]:
+    from ..diagnose import diagnose
+
+    text, _size = read_tail(run.log, 256 * 1024)
+    out = diagnose(text, max_results=3)
+    return [DiagnosisRow(id=m.id, file=m.file, title=m.title, evidence=m.evidence,
+                         line=m.line.text[:300] if m.line else None, short_fix=m.short_fix, tool_call=m.tool_call)
+            for m in out.matches]
+
+
+NEXT_STEP = {
+    "starting": "Check again in a few seconds.",
+    "running": "Check again later; run_logs shows the output.",
+    "stalled": "Look at the end of the log (run_logs) and py-spy dump the ranks: a hang in a collective or the "
+               "data loader is typical (MON-08). Stop it with run_stop if it does not recover.",
+    "succeeded": "Collect the results; nothing holds the GPUs any more.",
+    "failed": "Read the diagnosis and the log tail (run_logs), fix, start again.",
+    "killed": "Ended by a signal: if nobody stopped it on purpose, check the kernel log and the provider "
+              "(MON-10).",
+    "oom_killed": "Host memory ran out (MON-07): fewer DataLoader workers, smaller batch, or more RAM.",
+    "lost": "The box rebooted or the supervisor died (MON-09): check whether the training process still runs "
+            "(processes), and resume from the last checkpoint.",
+}
+
+
+def run_status(args: RunStatusInput, progress: Progress) -> RunStatus:
+    run = run_dir(args.run_id)
+    meta = run.meta()
+    status = classify(run)
+    ended = run.read(EXIT) or {}
+    try:
+        stat = run.log.stat()
+        size, idle = stat.st_size, max(0.0, time.time() - stat.st_mtime)
+    except OSError:
+        size = idle = None
+    pids = run_pids(run, meta)
+    gpu_rows, gpu_note = run_gpu_use(set(pids)) if pids else ([], None)
+    started, end = meta.get("started_at"), ended.get("ended_at")
+    runtime = (end or time.time()) - started if started else None
+    notes = [Notification(**{k: n.get(k) for k in Notification.model_fields}) for n in run.notifications()
+             if isinstance(n.get("event"), str)]
+    return RunStatus(
+        run_id=run.run_id, state=status.state, detail=status.detail, name=meta.get("name"),
+        exit_code=status.exit_code, signal=status.signal, signal_name=signal_name(status.signal),
+        started_at=started, ended_at=end, runtime_s=round(runtime, 1) if runtime is not None else None,
+        pid=meta.get("pid"), command=shlex.join(meta.get("argv", []))[:1000], log=str(run.log), log_bytes=size,
+        log_idle_s=round(idle, 1) if idle is not None else None, stall_after_s=meta.get("stall_after_s"),
+        progress=progress_of(run.log), processes=describe_processes(pids), gpu=gpu_rows, gpu_note=gpu_note,
+        diagnosis=_diagnosis(run) if status.state in ("failed", "oom_killed", "lost") else [],
+        oom=ended.get("oom"), notifications=notes, next_step=NEXT_STEP.get(status.state, ""))
+
+
+def _ago(timestamp: float | None) -> str:
+    if timestamp is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
+
+
+def render_status(status: RunStatus) -> str:
+    head = f"run {status.run_id}: {status.state.upper()}"
+    if status.detail:
+        head += f" — {status.detail}"
+    lines = [head]
+    if status.command:
+        lines.append(f"command: {status.command}")
+    facts = [f"started {_ago(status.started_at)}"]
+    if status.runtime_s is not None:
+        facts.append(f"runtime {status.runtime_s:.0f} s")
+    if status.log_idle_s is not None:
+        facts.append(f"log idle {status.log_idle_s:.0f} s")
+    lines.append(" · ".join(facts))
+    p = status.progress
+    if p and (p.step is not None or p.loss is not None):
+        parts = [f"step {p.step}" + (f"/{p.total} ({p.percent} %)" if p.total else "") if p.step is not None else "",
+                 f"loss {p.loss:g}" if p.loss is not None else "",
+                 f"{p.throughput:g} {p.throughput_unit or ''}".strip() if p.throughput is not None else "",
+                 f"ETA {p.eta_s:.0f} s" if p.eta_s is not None else ""]
+        lines.append("progress: " + " · ".join(x for x in parts if x))
+    if status.processes:
+        lines.append(f"processes: {len(status.processes)} ({', '.join(str(r.pid) for r in status.processes[:8])})")
+    for row in status.gpu:
+        util = f", GPU {row.gpu_util_percent} % busy" if row.gpu_util_percent is not None else ""
+        lines.append(f"GPU {row.gpu}: pid {row.pid} holds {gib(row.used_bytes, 1)}{util}")
+    for d in status.diagnosis[:3]:
+        lines.append(f"diagnosis: {d.id} — {d.title} ({d.evidence}): {d.short_fix}")
+    for n in status.notifications:
+        lines.append(f"notified {n.event} ({n.state}) at {_ago(n.at)}: exit {n.exit_code}"
+                     + (f", {n.error}" if n.error else ""))
+    lines.append(f"next: {status.next_step}")
+    return "\n".join(lines)
+
+
+def status_when_unreachable(args: RunStatusInput, error: Exception) -> RunStatus:
+    """The box did not answer: say what its provider makes likely, not a bare ssh error.
+
+    Called by the remote transport with the validated arguments and the RemoteError. The provider
+    is ``args.provider`` or the first profile whose name or alias appears in the host name.
+    """
+    host = str(getattr(error, "host", "") or "")
+    message = str(getattr(error, "message", "") or error)
+    likely = _likely_cause(args.provider, host)
+    return RunStatus(run_id=args.run_id, state="unreachable", detail=f"{host or 'the box'} did not answer: {message}",
+                     next_step=likely)
+
+
+def _likely_cause(provider: str | None, host: str) -> str:
+    from ..providers import load_profiles, resolve_provider
+
+    generic = ("The run lives on the box and is not lost by this: when the box answers again, run_status tells "
+               "how it ended. Check the provider's console: a stopped or preempted instance, a changed IP or SSH "
+               "port after a restart, or a network problem on the way.")
+    try:
+        profiles = load_profiles()
+        profile = resolve_provider(provider, profiles) if provider else next(
+            (p for p in profiles.values() if p.name != "local" and any(
+                alias and alias.lower() in host.lower() for alias in (p.name, *p.front.aliases))), None)
+    except Exception:  # a broken profile must not hide the unreachable answer
+        profile = None
+    if profile is None:
+        return generic
+    spot = profile.front.spot
+    parts = [f"{profile.front.name}:"]
+    if spot.available.value:
+        parts.append(f"if it is a spot/interruptible instance, a preemption is likely ({spot.on_preemption.value})")
+    parts.append(f"a stopped instance is the other usual cause; what stopping does: "
+                 f"{profile.front.billing.stop_compute.value}")
+    return " ".join(parts) + " " + generic
+
+
+# ================================================================== run_logs
+
+
+class RunLogsInput(StrictModel):
+    run_id: str = _run_id_field()
+    lines: int = Field(50, ge=1, le=10000, description="How many of the last lines (when offset is not given)")
+    offset: int | None = Field(None, ge=0, description="Read forward from this byte offset instead (the "
+                               "next_offset of a previous call), to follow a log without repeats")
+    grep: str | None = Field(None, min_length=1, max_length=200, description="Only lines matching this Python "
+                             "regular expression (searched in at most the last 4 MiB, or max_bytes from offset)")
+    max_bytes: int = Field(16384, ge=256, le=1 << 20, description="Most bytes of log text returned")
+
+
+class RunLogs(StrictModel):
+    run_id: str
+    text: str
+    lines: int
+    start_offset: int = Field(description="Byte offset in the log where the scanned text starts")
+    next_offset: int = Field(description="Pass as offset to read what follows")
+    size: int = Field(description="Log size in bytes now")
+    truncated: bool = Field(description="More matched than max_bytes/lines allowed; the newest part is kept "
+                            "(tail) or the rest follows from next_offset")
+
+
+GREP_SCAN_BYTES = 4 << 20
+
+
+def _read_range(path: Path, start: int, length: int) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(start)
+            return handle.read(length)
+    except OSError:
+        return b""
+
+
+def run_logs(args: RunLogsInput, progress: Progress) -> RunLogs:
+    run = run_dir(args.run_id)
+    try:
+        pattern = re.compile(args.grep) if args.grep else None
+    except re.error as err:
+        raise InputError("grep", f"not a valid regular expression: {err}") from None
+    try:
+        size = run.log.stat().st_size
+    except OSError:
+        size = 0
+    if args.offset is not None:
+        start = min(args.offset, size)
+        data = _read_range(run.log, start, args.max_bytes if pattern is None else GREP_SCAN_BYTES)
+        cut = data.rfind(b"\n") + 1 if start + len(data) < size else len(data)
+        data = data[:cut] if cut else data
+        kept: list[str] = []
+        used = 0
+        consumed = 0
+        for raw in data.splitlines(keepends=True):
+            line = raw.decode("utf-8", "replace")
+            if pattern is None or pattern.search(line):
+                if used + len(raw) > args.max_bytes or (len(kept) >= args.lines and pattern is not None):
+                    break
+                kept.append(line)
+                used += len(raw)
+            consumed += len(raw)
+        truncated = start + consumed < size
+        return RunLogs(run_id=run.run_id, text="".join(kept), lines=len(kept), start_offset=start,
+                       next_offset=start + consumed, size=size, truncated=truncated)
+    window = GREP_SCAN_BYTES if pattern is not None else min(GREP_SCAN_BYTES, max(args.max_bytes * 4, 65536))
+    start = max(0, size - window)
+    data = _read_range(run.log, start, window)
+    if start > 0 and b"\n" in data:
+        skip = data.index(b"\n") + 1
+        data, start = data[skip:], start + skip
+    lines = [ln for ln in logical_lines_keep(data.decode("utf-8", "replace"))
+             if pattern is None or pattern.search(ln)]
+    chosen = lines[-args.lines:]
+    while chosen and sum(len(x.encode()) + 1 for x in chosen) > args.max_bytes:
+        chosen = chosen[1:]
+    text = "\n".join(chosen) + ("\n" if chosen else "")
+    return RunLogs(run_id=run.run_id, text=text, lines=len(chosen), start_offset=start, next_offset=size, size=size,
+                   truncated=len(chosen) < len(lines))
+
+
+def logical_lines_keep(text: str) -> list[str]:
+    """Lines as a reader wants them: a tqdm bar's redraws collapse to its newest state."""
+    return [line.split("\r")[-1] if "\r" in line.rstrip("\r") else line.rstrip("\r") for line in text.split("\n")
+            if line.strip()]
+
+
+def render_logs(logs: RunLogs) -> str:
+    more = f"\n[… more: offset {logs.next_offset}]" if logs.truncated else ""
+    return logs.text.rstrip("\n") + more + f"\n[log {logs.size} bytes; next_offset {logs.next_offset}]"
+
+
+# ================================================================== run_stop
+
+
+class RunStopInput(StrictModel):
+    run_id: str = _run_id_field()
+    dry_run: bool = Field(True, description="Only list the run's processes and return a confirm_token")
+    confirm_token: str | None = Field(None, min_length=1, max_length=8192, description="The confirm_token of the "
+                                      "dry run; binds pid, start time, uid and command of every process")
+    grace_s: float = Field(30.0, ge=0, le=600, description="Seconds between SIGTERM and SIGKILL (torchrun waits up "
+                           "to 30 s for its workers before it kills them itself)")
+
+
+class RunStopReport(StrictModel):
+    run_id: str
+    dry_run: bool
+    state: State = Field(description="The run's state after the call")
+    summary: str
+    kill: KillReport | None = None
+    confirm_token: str | None = None
+    remaining: list[RunProcess] = Field(default_factory=list, description="Run processes still present after the stop")
+    vram_left: list[GpuUse] = Field(default_factory=list, description="VRAM the run's pids still hold after it")
+    verified: bool = Field(False, description="True: every process of the run is gone and holds no VRAM")
+    next_step: str
+
+
+def run_stop(args: RunStopInput, progress: Progress) -> RunStopReport:
+    run = run_dir(args.run_id)
+    meta = run.meta()
+    pids = run_pids(run, meta)
+    state = classify(run).state
+    if not pids:
+        return RunStopReport(run_id=run.run_id, dry_run=args.dry_run, state=state, verified=True,
+                             summary=f"nothing to stop: no process of the run is left (state {state})",
+                             next_step="run_status tells how it ended.")
+    why = {pid: f"run {run.run_id}" + (" (training process, group leader)" if pid == meta.get("pid") else "")
+           for pid in pids}
+    if not args.dry_run and args.confirm_token:
+        write_json(run.file(STOP), {"requested_at": time.time(), "pids": pids})
+    report = safe_kill(why, dry_run=args.dry_run, confirm_token=args.confirm_token, signal="KILL",
+                       grace_s=args.grace_s, progress=progress)
+    if args.dry_run or not report.executed:
+        if report.token_problems:
+            run.file(STOP).unlink(missing_ok=True)
+        cli = f"rgt run stop {run.run_id} --no-dry-run --confirm-token {report.confirm_token}"
+        summary = (f"would stop {len(pids)} process(es): SIGTERM, {args.grace_s:g} s grace, then SIGKILL" if
+                   args.dry_run else "nothing signalled: " + " ".join(report.token_problems))
+        return RunStopReport(run_id=run.run_id, dry_run=args.dry_run, state=state, summary=summary, kill=report,
+                             confirm_token=report.confirm_token,
+                             next_step=f"Show the processes to the user; to stop: dry_run=false with this "
+                                       f"confirm_token, or `{cli}`")
+    remaining = [p for p in pids if (info := snapshot(p)) is not None and info.status != ZOMBIE]
+    vram, _note = run_gpu_use(set(pids))
+    deadline = time.monotonic() + 5.0  # the supervisor records the end right after the last exit
+    while time.monotonic() < deadline and not run.file(EXIT).exists() and not remaining:
+        time.sleep(0.05)
+    state = classify(run).state
+    verified = not remaining and not vram
+    summary = (f"stopped: {len(pids)} process(es) gone, no VRAM held; state {state}" if verified else
+               f"{len(remaining)} process(es) left, {len(vram)} VRAM holder(s) left")
+    step = "Nothing left on the box from this run." if verified else (
+        "Processes survived SIGKILL (D state: stuck in the driver) or still hold VRAM: run reap_vram_zombies "
+        "and gpu_health.")
+    return RunStopReport(run_id=run.run_id, dry_run=False, state=state, summary=summary, kill=report,
+                         remaining=describe_processes(remaining), vram_left=vram, verified=verified, next_step=step)
+
+
+def render_stop(report: RunStopReport) -> str:
+    lines = [("DRY RUN (nothing signalled) " if report.dry_run else "") + f"run {report.run_id}: {report.summary}"]
+    if report.kill:
+        rows = [[t.pid, t.name, t.action, t.refusal or t.outcome or "-", t.command[:70]] for t in report.kill.targets]
+        lines += ["", format_table(["pid", "name", "action", "outcome", "command"], rows)]
+    if report.confirm_token and report.dry_run:
+        lines.append(f"\nconfirm_token: {report.confirm_token}")
+    lines.append(f"next: {report.next_step}")
+    return "\n".join(lines)
+
+
+def stop_exit_code(report: RunStopReport) -> int:
+    return 0 if report.dry_run or report.verified else 1
+
+
+# ================================================================== run_list
+
+
+class RunListInput(StrictModel):
+    limit: int = Field(20, ge=1, le=1000, description="At most this many runs, newest first")
+    active_only: bool = Field(False, description="Only runs that have not ended")
+
+
+class RunRow(StrictModel):
+    run_id: str
+    name: str | None
+    state: State
+    detail: str
+    started_at: float | None
+    pid: int | None
+    command: str
+
+
+class RunList(StrictModel):
+    runs_dir: str
+    runs: list[RunRow]
+    total: int = Field(description="Runs on this box, before limit and active_only")
+
+
+def run_list(args: RunListInput, progress: Progress) -> RunList:
+    from .ledger import runs_root
+
+    runs = list_runs()
+    rows = []
+    for run in runs:
+        if len(rows) >= args.limit:
+            break
+        status = classify(run)
+        if args.active_only and status.state in ENDED:
+            continue
+        meta = run.meta()
+        rows.append(RunRow(run_id=run.run_id, name=meta.get("name"), state=status.state, detail=status.detail,
+                           started_at=meta.get("started_at") or meta.get("created_at"), pid=meta.get("pid"),
+                           command=shlex.join(meta.get("argv", []))[:200]))
+    return RunList(runs_dir=str(runs_root()), runs=rows, total=len(runs))
+
+
+def render_list(result: RunList) -> str:
+    if not result.runs:
+        return f"no runs under {result.runs_dir}"
+    rows = [[r.run_id, r.state, _ago(r.started_at), r.pid or "-", r.command[:60]] for r in result.runs]
+    return format_table(["run_id", "state", "started", "pid", "command"], rows) + f"\n{result.total} run(s) in " \
+        f"{result.runs_dir}"
+
+
+# ================================================================== specs
+
+SPECS = [
+    ToolSpec(
+        name="run_start", cli="run start", remote=True, cli_positional="argv",
+        title="Start a training run detached on the box",
+        description=(
+            "Start a training command on the box so that it survives the ssh connection dropping and the agent "
+            "exiting: own session and process group, stdin from /dev/null, output to a log, watched by a small "
+            "supervisor that records argv, cwd, env added, pid, boot id, git commit and at the end the exit "
+            "status or signal, OOM evidence, and runs your notify command on end/failure/OOM/stall. Give argv "
+            "(a list) or command (the line render_launch printed; never run through a shell). Quick checks "
+            "first: the rendezvous port is free, no other process or run of ours holds VRAM on its GPUs "
+            "(allow_shared_gpus overrides), enough free disk. Returns run_id for run_status/run_logs/run_stop. "
+            "It starts a job that uses (and bills) the GPUs."),
+        input_model=RunStartInput, output_model=RunStarted, run=run_start, read_only=False, destructive=False,
+        idempotent=False, open_world=True, render_text=render_started),
+    ToolSpec(
+        name="run_status", cli="run status", remote=True, cli_positional="run_id",
+        title="How is the run going? Why did it end?",
+        description=(
+            "Read-only. One state: starting, running, stalled, succeeded, failed (exit code), killed (signal), "
+            "oom_killed (cgroup/kernel OOM killer), lost (box rebooted or supervisor gone) or unreachable (the box "
+            "did not answer; says what the provider makes likely). Progress (step/total, loss, throughput, ETA) "
+            "from the log's last 64 KiB (HF Trainer, tqdm/Accelerate, Lightning, torchtitan, plain 'step N loss "
+            "X'), the run's processes, their VRAM and GPU use (NVML), diagnose_error's top entries on failure, "
+            "and the notifications sent."),
+        input_model=RunStatusInput, output_model=RunStatus, run=run_status, read_only=True, idempotent=True,
+        render_text=render_status, unreachable=status_when_unreachable),
+    ToolSpec(
+        name="run_logs", cli="run logs", remote=True, cli_positional="run_id",
+        title="The run's log: last lines, or from an offset, optionally filtered",
+        description=(
+            "Read-only. The last N lines of a run's log (tqdm redraws collapsed), or the text from a byte offset "
+            "(follow a log with next_offset), optionally only lines matching a regex. Output bounded by "
+            "max_bytes; never reads more than 4 MiB."),
+        input_model=RunLogsInput, output_model=RunLogs, run=run_logs, read_only=True, idempotent=True,
+        render_text=render_logs),
+    ToolSpec(
+        name="run_stop", cli="run stop", remote=True, cli_positional="run_id",
+        title="Stop a run and verify nothing is left (safe kill)",
+        description=(
+            "Dry run by default: lists the run's processes (its process group and their descendants) and returns "
+            "a confirm_token bound to their pid, start time, uid and command. With dry_run=false and the token: "
+            "SIGTERM (children first; torchrun also forwards it to its workers), grace_s, SIGKILL for survivors, "
+            "then verifies every process is gone and holds no VRAM (NVML), or lists what is left and points to "
+            "reap_vram_zombies. Never signals the supervisor, other users' processes or your own session."),
+        input_model=RunStopInput, output_model=RunStopReport, run=run_stop, read_only=False, destructive=True,
+        idempotent=True, render_text=render_stop, exit_code=stop_exit_code),
+    ToolSpec(
+        name="run_list", cli="run list", remote=True,
+        title="Runs on the box with their states",
+        description="Read-only. Every run in the box's run directory, newest first, with its state and command.",
+        input_model=RunListInput, output_model=RunList, run=run_list, read_only=True, idempotent=True,
+        render_text=render_list),
+]
