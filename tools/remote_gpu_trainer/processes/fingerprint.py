@@ -1,7 +1,7 @@
 """Process fingerprints and confirm tokens: what makes a two-phase kill safe against PID reuse.
 
 A dry run fingerprints every process it would signal: pid, start time, real uid and command line,
-plus the boot id, hashed to 12 hex digits. The **confirm token** it returns lists those
+plus the box's identity (ssh destination, hostname, boot id), hashed to 12 hex digits. The **confirm token** it returns lists those
 ``pid-digest`` pairs. The real run fingerprints the processes it is about to signal again and goes
 ahead only if every one of them is in the token with the same digest:
 
@@ -38,6 +38,7 @@ from .snapshot import ProcInfo
 
 TOKEN_PREFIX = "rgt1"
 _ENTRY = re.compile(r"^([1-9][0-9]{0,9})-([0-9a-f]{12})$")
+_BOX = re.compile(r"^box-[0-9a-f]{10}$")
 MAX_TOKEN_LENGTH = 8192
 """Room for ~450 processes, far more than one port's holders and their workers."""
 
@@ -51,6 +52,21 @@ def boot_id() -> str:
         return "no-boot-id"
 
 
+def box_identity() -> str:
+    """Which box this is, as the caller reached it: the ssh destination (``user@host:port`` as ``ssh -G``
+    resolved it, set per request by the remote session; empty for local calls), this machine's hostname
+    and its boot id. A token bound to it cannot kill on another box that happens to reuse the pids, nor
+    after a reboot."""
+    import os
+    import socket
+
+    return "\x1f".join([os.environ.get("RGT_BOX_DESTINATION", ""), socket.gethostname(), boot_id()])
+
+
+def box_tag() -> str:
+    return "box-" + hashlib.sha256(box_identity().encode()).hexdigest()[:10]
+
+
 @dataclass(frozen=True)
 class Fingerprint:
     """Identity of one process: equal fingerprints mean the very same process."""
@@ -62,7 +78,7 @@ class Fingerprint:
     cmdline: tuple[str, ...]
 
     def digest(self) -> str:
-        parts = [boot_id(), str(self.pid), self.start, str(self.uid), "\0".join(self.cmdline)]
+        parts = [box_identity(), str(self.pid), self.start, str(self.uid), "\0".join(self.cmdline)]
         return hashlib.sha256("\x1f".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:12]
 
 
@@ -79,9 +95,10 @@ def fingerprint(info: ProcInfo) -> Fingerprint:
 
 
 def make_token(fingerprints: Iterable[Fingerprint]) -> str:
-    """``rgt1.<pid>-<digest>.<pid>-<digest>...``, sorted by pid: shell-safe, readable, comparable."""
+    """``rgt1.box-<tag>.<pid>-<digest>...``, sorted by pid: shell-safe, readable, comparable. The box tag
+    lets a token used on the wrong box be refused with that reason (the digests would differ anyway)."""
     entries = sorted({(fp.pid, fp.digest()) for fp in fingerprints})
-    return ".".join([TOKEN_PREFIX, *(f"{pid}-{digest}" for pid, digest in entries)])
+    return ".".join([TOKEN_PREFIX, box_tag(), *(f"{pid}-{digest}" for pid, digest in entries)])
 
 
 def parse_token(token: str, field: str = "confirm_token") -> dict[int, str]:
@@ -93,6 +110,8 @@ def parse_token(token: str, field: str = "confirm_token") -> dict[int, str]:
                          allowed=[f"the '{TOKEN_PREFIX}.<pid>-<digest>...' value a dry run returned"])
     entries: dict[int, str] = {}
     for part in parts[1:]:
+        if _BOX.match(part):  # checked against this box in check_token, which runs where the processes are
+            continue
         match = _ENTRY.match(part)
         if not match:
             raise InputError(field, f"malformed entry {part[:40]!r} in the confirm token",
@@ -116,6 +135,10 @@ def check_token(token: str, current: Iterable[Fingerprint], describe=lambda pid:
     Pids in the token that are not current targets are fine: they exited or no longer qualify.
     """
     confirmed = parse_token(token)
+    tags = [part for part in token.strip().split(".") if _BOX.match(part)]
+    if tags and tags[0] != box_tag():
+        raise InputError("confirm_token", "this confirm token was made on another box, or on this one before a "
+                         "reboot: nothing was signalled", allowed=["the token of a dry run on this host"])
     problems: list[TokenProblem] = []
     for fp in sorted(current, key=lambda f: f.pid):
         expected = confirmed.get(fp.pid)
