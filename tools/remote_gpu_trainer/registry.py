@@ -22,6 +22,8 @@ TOOL_MODULES = (
     "remote_gpu_trainer.runs.tool",
     "remote_gpu_trainer.idle.tool",
     "remote_gpu_trainer.remote.box",
+    "remote_gpu_trainer.fleet.facts",
+    "remote_gpu_trainer.fleet.tool",
 )
 
 

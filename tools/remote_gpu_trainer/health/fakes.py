@@ -207,6 +207,14 @@ def healthy() -> Scenario:
     return _scenario("healthy-8xh100", "8× H100 SXM, idle, healthy, persistence on, fabric completed", _eight())
 
 
+def driver_535() -> Scenario:
+    """The healthy board on an older driver branch: a fleet check must notice it differs from its peers."""
+    status = NvmlStatus(True, "ok", "NVML 12.535.183.01, driver 535.183.01, 8 GPU(s)", "535.183.01", "12.535.183.01",
+                        8, "12.2")
+    return _scenario("driver-535-8xh100", "8× H100 SXM, idle, healthy, on driver 535.183.01 (CUDA 12.2)", _eight(),
+                     status=status)
+
+
 def ecc_dbe() -> Scenario:
     gpus = _eight(gpu2={"ecc_uncorrected_volatile": 2, "ecc_uncorrected_aggregate": 3, "ecc_corrected_volatile": 41})
     log = KernelLog(True, "fake:/dev/kmsg", "", (_xid(gpus[2], 48, "pid=4711, name=python, An uncorrectable double "
@@ -349,6 +357,7 @@ def busy_box() -> Scenario:
 
 SCENARIOS: dict[str, Callable[[], Scenario]] = {
     "healthy-8xh100": healthy,
+    "driver-535-8xh100": driver_535,
     "ecc-dbe": ecc_dbe,
     "row-remap-pending": row_remap_pending,
     "thermal-throttle": thermal_throttle,
