@@ -53,6 +53,7 @@ PREFIXES = {
     "references/ssh_transport.md": "SSH",
     "references/china-network.md": "CN",
     "references/self-improvement.md": "SELF",
+    "references/idle-billing.md": "IDLE",
     "profiles/runpod.md": "RUNPOD",
     "profiles/lambda.md": "LAMBDA",
     "profiles/autodl.md": "AUTODL",
