@@ -75,7 +75,11 @@ def test_qwen2_has_qkv_bias_only():
 def test_unknown_preset_and_model_type_list_what_is_allowed(tmp_path):
     with pytest.raises(InputError) as err:
         load_architecture("llama-9-9000b")
-    assert err.value.field == "model" and "gpt2" in err.value.allowed and "llama-3-70b" in err.value.allowed
+    assert err.value.field == "model" and "did you mean" in str(err.value)
+    assert any(name.startswith("llama") for name in err.value.allowed)
+    with pytest.raises(InputError) as err:
+        load_architecture("zzzz")  # nothing near: every preset is listed
+    assert "gpt2" in err.value.allowed and "llama-3-70b" in err.value.allowed
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "mamba"}))
     with pytest.raises(InputError) as err:
         load_architecture(str(tmp_path))

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from .analytic import ZERO, Breakdown, Setup, estimate
+from .architecture import Architecture
 
 #: Catalog entries the advice and notes point to: key -> (file, id). Tests check every one exists.
 OOM = "references/training/oom-memory.md"
@@ -108,7 +109,17 @@ def _candidates(s: Setup) -> list[tuple[int, str, str, str | None, Callable[[Set
 
 
 def _default_lora_targets(s: Setup) -> list[str]:
-    return PEFT_DEFAULT_TARGETS.get(s.arch.family if s.arch else "", ["q_proj", "v_proj"])
+    return default_lora_targets(s.arch) if s.arch else ["q_proj", "v_proj"]
+
+
+def default_lora_targets(arch: Architecture) -> list[str]:
+    """PEFT's default targets for the family, adapted to the decoder variants' projection names."""
+    names = {n.rsplit(".", 1)[-1] for n in arch.linear_names()}
+    if "kv_b_proj" in names:  # DeepSeek MLA
+        return ["q_b_proj" if "q_b_proj" in names else "q_proj", "kv_b_proj"]
+    if "qkv_proj" in names:  # Phi-3
+        return ["qkv_proj"]
+    return PEFT_DEFAULT_TARGETS[arch.family]
 
 
 #: PEFT's default ``target_modules`` per architecture (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING).
@@ -160,6 +171,18 @@ def ladder(s: Setup, b: Breakdown) -> list[Rung]:
         if extra is not None:
             plan.append(extra)
     return plan
+
+
+def advice_mode(s: Setup, rungs: list[Rung]) -> tuple[str, str]:
+    """Whether the rungs stack or are alternatives, in words for both output forms."""
+    if not rungs:
+        return "none", "advice: none needed (it fits)." if s.gpu_memory_bytes else "advice: nothing applies."
+    if s.gpu_memory_bytes is None:
+        return "alternatives", ("advice — alternatives, cheapest first: each line is one change on its own from this "
+                                "setup (the savings do not add up). No fits/does-not-fit line: pass gpu_memory_gib "
+                                "(e.g. 79.3 for an 80 GB H100) and the advice becomes a cumulative plan.")
+    return "cumulative", ("advice — a cumulative plan, cheapest first: apply the rungs in order; each total "
+                          "already includes the rungs above it.")
 
 
 def _try(s: Setup, b: Breakdown, candidate) -> Rung | None:

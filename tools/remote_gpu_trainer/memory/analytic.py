@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from .architecture import Architecture
-from .autograd_trace import ActivationProfile, Numerics, Shape, profile
+from .autograd_trace import ActivationProfile, Numerics, Routing, Shape, profile
 from .deepspeed_compat import zero2_model_states, zero3_model_states
 
 Strategy = Literal["ddp", "no_shard", "zero1", "zero2", "zero3", "full_shard", "shard_grad_op", "hybrid_shard"]
@@ -88,6 +88,11 @@ class Setup:
     grad_accumulation: bool = False
     gradient_as_bucket_view: bool = False
     gpu_memory_bytes: int | None = None
+    ep: int = 1
+    """Expert parallelism: routed experts split over groups of ``ep`` ranks; each expert's weights are
+    then FSDP/ZeRO-sharded over the remaining ``shard_group / ep`` ranks (torchtitan/Megatron layout)."""
+    capacity_factor: float | None = None
+    """None = dropless routing; a number = fixed per-expert buffers of ceil(cf · tokens · k / E) rows."""
     dropout: bool = True
     dropout_mask_bytes: int = 1
     """1 on CUDA; 0 means "dtype-sized" (CPU fake tensors) — used by the measured comparison."""
@@ -133,6 +138,8 @@ class TensorInfo:
     """An input embedding: its gradient arrives only at the end of backward."""
     word_embedding: bool = False
     """The token embedding table (its gradient is the last one autograd computes)."""
+    expert: bool = False
+    """A routed expert's weight: with ``ep`` > 1 only this rank's experts are listed, sharded over N/ep."""
 
 
 @dataclass
@@ -182,11 +189,17 @@ def model_tensors(setup: Setup) -> list[TensorInfo]:
                       for lin in arch.block_linears(kind)}
     out = []
     inputs = arch.input_embeddings()
+    local_experts = math.ceil(arch.num_experts / setup.ep) if arch.is_moe else 0
     for t in arch.tensors():
         rows, cols = (t.shape[-2], t.shape[-1]) if len(t.shape) >= 2 else (1, t.shape[0])
         role = "quantized" if quantized and t.name in linear_weights else "base"
-        out.append(TensorInfo(t.numel, t.shape[0], t.unit, not lora, role, rows, cols, t.name in inputs,
-                              t.name == arch.word_embedding))
+        numel, dim0 = t.numel, t.shape[0]
+        if t.expert is not None and t.expert >= local_experts:
+            continue  # another expert-parallel rank's expert
+        if t.expert == -1:  # experts stacked on dim 0 (GPT-OSS): this rank's slice of them
+            numel, dim0 = numel // dim0 * local_experts, local_experts
+        out.append(TensorInfo(numel, dim0, t.unit, not lora, role, rows, cols, t.name in inputs,
+                              t.name == arch.word_embedding, t.expert is not None))
     if lora:
         r = setup.lora_rank or 0
         for prefix, lin in arch.lora_linears(list(setup.lora_targets)):
@@ -231,6 +244,11 @@ def _local(numel: int, dim0: int, n: int, per_tensor: bool) -> int:
     if per_tensor:
         return math.ceil(dim0 / n) * (numel // dim0)
     return math.ceil(numel / n)
+
+
+def _group(setup: Setup, t: TensorInfo, n: int) -> int:
+    """Ranks sharing ``t``: the shard group, or for an expert weight the group left after expert parallelism."""
+    return max(1, n // setup.ep) if t.expert else n
 
 
 def _optimizer_state_bytes(t: TensorInfo, local: int, setup: Setup, d: dict[str, str]) -> float:
@@ -278,6 +296,7 @@ def _states(setup: Setup, tensors: list[TensorInfo], d: dict[str, str], notes: l
     ds = s in ZERO
     total = sum(t.numel for t in tensors)
     for t in tensors:
+        n = _group(setup, t, setup.shard_group)
         p_div = n if (fsdp or s == "zero3") else 1
         local_p = _local(t.numel, t.dim0, p_div, fsdp)
         params += _store_bytes(t, d) * local_p
@@ -300,7 +319,9 @@ def _states(setup: Setup, tensors: list[TensorInfo], d: dict[str, str], notes: l
         grads_by_unit[unit] = grads_by_unit.get(unit, 0) + int(g)
     st = _States(int(params), int(grads), int(optimizer), 0, 0, grads_by_unit, trainable, False, None)
     # DeepSpeed's own figures, to the byte, where its estimator applies.
-    exact = ds and setup.mixed and setup.optimizer in ("adam", "adamw") and not setup.lora_rank and s != "zero1"
+    moe = setup.arch is not None and setup.arch.is_moe
+    exact = (ds and setup.mixed and setup.optimizer in ("adam", "adamw") and not setup.lora_rank and s != "zero1"
+             and not moe)
     if exact:
         st.deepspeed_exact = True
         psi, g_all = total, setup.world_size
@@ -368,7 +389,7 @@ def _step_temporaries(setup: Setup, tensors: list[TensorInfo], d: dict[str, str]
     if setup.cpu_offload != "none" or setup.strategy in ZERO or setup.optimizer in ("sgd", "adam8bit"):
         return 0
     fsdp = setup.strategy in FSDP
-    locals_ = [(_local(t.numel, t.dim0, setup.shard_group if fsdp else 1, fsdp),
+    locals_ = [(_local(t.numel, t.dim0, _group(setup, t, setup.shard_group) if fsdp else 1, fsdp),
                 BYTES[d["adapter"] if t.role == "adapter" else d["state"]]) for t in tensors if t.trainable]
     if not locals_:
         return 0
@@ -398,7 +419,7 @@ def estimate(setup: Setup) -> Breakdown:
         lora_targets = frozenset(lin.name for _, lin in arch.lora_linears(list(setup.lora_targets))) \
             if setup.lora_rank else frozenset()
         prof = profile(arch, _numerics(setup, d), Shape(setup.micro_batch_size, setup.seq_len),
-                       setup.lora_rank or 0, lora_targets)
+                       setup.lora_rank or 0, lora_targets, Routing(setup.capacity_factor, setup.ep))
 
     # Persistent on the GPU through the whole step.
     ddp_bucket = st.trainable_params * BYTES[d["grad"]] if s == "ddp" and setup.world_size > 1 else 0

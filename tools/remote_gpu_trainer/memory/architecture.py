@@ -7,7 +7,11 @@ vocabulary. So a config becomes the full list of parameter tensors, named as Hug
 which ``torch_models`` rebuilds for real on the meta device (tests check the two agree tensor by tensor).
 
 Pure Python: no torch, no network. Supported families: GPT-2, BERT (sequence classification head),
-T5 (conditional generation) and Llama-style decoders (Llama, Mistral, Qwen2).
+T5 (conditional generation) and Llama-style decoders: Llama, Mistral, Qwen2/Qwen3, Gemma 2/3 (text),
+Phi-3/Phi-4, and the mixture-of-experts decoders Mixtral, Qwen2-MoE/Qwen3-MoE, DeepSeek-V2/V3 (MLA
+attention, shared experts, first dense layers) and GPT-OSS. A preset is named by its key, its Hugging
+Face id or a usual spelling (``names``); a model can also be a local ``config.json``, a folder holding
+one, or the Hugging Face cache entry of an id.
 """
 
 from __future__ import annotations
@@ -21,12 +25,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import InputError
+from .names import cached_config, find_preset, hub_cache, nearest
 
 Family = Literal["gpt2", "bert", "t5", "llama"]
 
 #: HF ``model_type`` → family this module knows how to lay out.
-MODEL_TYPES: dict[str, Family] = {"gpt2": "gpt2", "bert": "bert", "t5": "t5", "llama": "llama",
-                                  "mistral": "llama", "qwen2": "llama"}
+MODEL_TYPES: dict[str, Family] = {
+    "gpt2": "gpt2", "bert": "bert", "t5": "t5", "llama": "llama", "mistral": "llama", "qwen2": "llama",
+    "qwen3": "llama", "gemma2": "llama", "gemma3": "llama", "gemma3_text": "llama", "phi3": "llama",
+    "mixtral": "llama", "qwen2_moe": "llama", "qwen3_moe": "llama", "deepseek_v2": "llama", "deepseek_v3": "llama",
+    "gpt_oss": "llama"}
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,9 @@ class ParamTensor:
     """FSDP wrap unit: ``root`` or a block prefix such as ``model.layers.3``."""
     module: str
     """Owning module path (DeepSpeed's largest layer sums parameters per module, not recursively)."""
+    expert: int | None = None
+    """Routed-expert index of an expert weight; -1 for a tensor stacking all experts on dim 0 (GPT-OSS);
+    None for everything else. Expert parallelism splits these over the ``ep`` group."""
 
     @property
     def numel(self) -> int:
@@ -82,6 +93,37 @@ class Architecture:
     type_vocab_size: int = 0
     num_labels: int = 0
     relative_attention_buckets: int = 0
+    # ---- decoder variants (Llama family) ----
+    qk_norm: bool = False
+    """Qwen3 / Gemma 3: RMSNorm over head_dim on queries and keys (``self_attn.q_norm``/``k_norm``)."""
+    sandwich_norms: bool = False
+    """Gemma 2/3: extra ``pre_feedforward_layernorm`` and ``post_feedforward_layernorm`` per block."""
+    fused_projections: bool = False
+    """Phi-3/Phi-4: one ``qkv_proj`` and one ``gate_up_proj`` instead of separate linears."""
+    attention_sinks: bool = False
+    """GPT-OSS: one learned sink logit per head (``self_attn.sinks``)."""
+    final_logit_softcap: bool = False
+    """Gemma 2: ``tanh(logits / cap) * cap`` before the loss (keeps one more logits-sized tensor)."""
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    """DeepSeek multi-head latent attention (MLA): low-rank query and key/value projections."""
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    # ---- mixture of experts ----
+    num_experts: int = 0
+    """Routed experts per MoE layer (0 = dense model)."""
+    experts_per_token: int = 0
+    """Top-k: routed experts each token runs through."""
+    moe_intermediate_size: int = 0
+    shared_expert_size: int = 0
+    """Intermediate size of the always-on shared expert MLP (DeepSeek: n_shared × moe size; Qwen2-MoE)."""
+    shared_expert_gate: bool = False
+    """Qwen2-MoE: a sigmoid gate (Linear h→1) scales the shared expert."""
+    dense_layer_ids: tuple[int, ...] = ()
+    """Layers of an MoE model that keep a dense MLP (DeepSeek first_k_dense_replace, Qwen mlp_only_layers)."""
+    moe_style: str = ""
+    """Parameter layout of the MoE block: mixtral, qwen, deepseek or gpt_oss."""
     source: str = ""
     expected_params: int | None = field(default=None, compare=False)
 
@@ -106,13 +148,7 @@ class Architecture:
                     Linear("attention.self.value", h, h, True), Linear("attention.output.dense", h, h, True),
                     Linear("intermediate.dense", h, ffn, True), Linear("output.dense", ffn, h, True)]
         if self.family == "llama":
-            qkv_bias = self.attention_bias or self.qkv_bias_only
-            return [Linear("self_attn.q_proj", h, inner, qkv_bias),
-                    Linear("self_attn.k_proj", h, self.kv_size, qkv_bias),
-                    Linear("self_attn.v_proj", h, self.kv_size, qkv_bias),
-                    Linear("self_attn.o_proj", inner, h, self.attention_bias),
-                    Linear("mlp.gate_proj", h, ffn, self.mlp_bias), Linear("mlp.up_proj", h, ffn, self.mlp_bias),
-                    Linear("mlp.down_proj", ffn, h, self.mlp_bias)]
+            return self._attention_linears() + self._mlp_linears(kind)
         # T5: attention without biases; decoder blocks add cross-attention.
         def attention(prefix: str) -> list[Linear]:
             return [Linear(f"{prefix}.{p}", h, inner, False) for p in ("q", "k", "v")] + [
@@ -127,6 +163,92 @@ class Architecture:
         ff.append(Linear(f"{ff_layer}.DenseReluDense.wo", ffn, h, False))
         cross = attention("layer.1.EncDecAttention") if kind == "decoder" else []
         return [*attention("layer.0.SelfAttention"), *cross, *ff]
+
+    def _attention_linears(self) -> list[Linear]:
+        h, inner = self.hidden_size, self.inner_size
+        if self.kv_lora_rank:  # DeepSeek MLA
+            a, qk = self.num_heads, self.qk_nope_head_dim + self.qk_rope_head_dim
+            q = ([Linear("self_attn.q_a_proj", h, self.q_lora_rank, False),
+                  Linear("self_attn.q_b_proj", self.q_lora_rank, a * qk, False)] if self.q_lora_rank
+                 else [Linear("self_attn.q_proj", h, a * qk, False)])
+            return [*q, Linear("self_attn.kv_a_proj_with_mqa", h, self.kv_lora_rank + self.qk_rope_head_dim, False),
+                    Linear("self_attn.kv_b_proj", self.kv_lora_rank,
+                           a * (self.qk_nope_head_dim + self.v_head_dim), False),
+                    Linear("self_attn.o_proj", a * self.v_head_dim, h, False)]
+        qkv_bias = self.attention_bias or self.qkv_bias_only
+        if self.fused_projections:
+            return [Linear("self_attn.qkv_proj", h, inner + 2 * self.kv_size, qkv_bias),
+                    Linear("self_attn.o_proj", inner, h, self.attention_bias)]
+        return [Linear("self_attn.q_proj", h, inner, qkv_bias),
+                Linear("self_attn.k_proj", h, self.kv_size, qkv_bias),
+                Linear("self_attn.v_proj", h, self.kv_size, qkv_bias),
+                Linear("self_attn.o_proj", inner, h, self.attention_bias)]
+
+    def _mlp_linears(self, kind: str) -> list[Linear]:
+        """The dense MLP of a block, or the shared expert (and its gate) of an MoE block."""
+        h, b = self.hidden_size, self.mlp_bias
+        if kind == "moe":
+            if not self.shared_expert_size:
+                return []
+            prefix = "mlp.shared_experts" if self.moe_style == "deepseek" else "mlp.shared_expert"
+            out = [Linear(f"{prefix}.{n}", h, self.shared_expert_size, False) for n in ("gate_proj", "up_proj")]
+            out.append(Linear(f"{prefix}.down_proj", self.shared_expert_size, h, False))
+            if self.shared_expert_gate:
+                out.append(Linear("mlp.shared_expert_gate", h, 1, False))
+            return out
+        ffn = self.intermediate_size
+        if self.fused_projections:
+            return [Linear("mlp.gate_up_proj", h, 2 * ffn, b), Linear("mlp.down_proj", ffn, h, b)]
+        return [Linear("mlp.gate_proj", h, ffn, b), Linear("mlp.up_proj", h, ffn, b),
+                Linear("mlp.down_proj", ffn, h, b)]
+
+    # ---- mixture of experts -----------------------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def moe_prefix(self) -> str:
+        return "block_sparse_moe" if self.moe_style == "mixtral" else "mlp"
+
+    def expert_linears(self) -> list[Linear]:
+        """One routed expert's linears, named inside ``<moe_prefix>.experts.<e>`` (not GPT-OSS's stacks)."""
+        h, i = self.hidden_size, self.moe_intermediate_size
+        if self.moe_style == "mixtral":
+            return [Linear("w1", h, i, False), Linear("w3", h, i, False), Linear("w2", i, h, False)]
+        return [Linear("gate_proj", h, i, False), Linear("up_proj", h, i, False), Linear("down_proj", i, h, False)]
+
+    def _moe_tensors(self, add) -> None:
+        """Router and routed experts of one MoE block, through ``add(local name, *shape, expert=...)``."""
+        h, e, i, m = self.hidden_size, self.num_experts, self.moe_intermediate_size, self.moe_prefix
+        if self.moe_style == "gpt_oss":
+            add("mlp.router.weight", e, h), add("mlp.router.bias", e)
+            add("mlp.experts.gate_up_proj", e, h, 2 * i, expert=-1)
+            add("mlp.experts.gate_up_proj_bias", e, 2 * i, expert=-1)
+            add("mlp.experts.down_proj", e, i, h, expert=-1), add("mlp.experts.down_proj_bias", e, h, expert=-1)
+            return
+        add(f"{m}.gate.weight", e, h)
+        if self.model_type == "deepseek_v3":  # aux-loss-free balancing bias, stored with the checkpoint
+            add(f"{m}.gate.e_score_correction_bias", e)
+        for x in range(e):
+            for lin in self.expert_linears():
+                add(f"{m}.experts.{x}.{lin.name}.weight", lin.out_features, lin.in_features, expert=x)
+
+    def routed_expert_params(self) -> int:
+        return sum(t.numel for t in self.tensors() if t.expert is not None)
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token's forward runs through: everything but the routed experts, plus top-k of
+        them, without the input embedding (a lookup, not a matmul) unless it is tied to the head — the
+        convention of the published active counts (DeepSeek-V3 37B, GPT-OSS-20B 3.6B)."""
+        total = self.num_params
+        if self.is_moe:
+            routed = self.routed_expert_params()
+            total -= routed - routed * self.experts_per_token // self.num_experts
+        if not self.tie_word_embeddings and self.family in ("llama", "gpt2"):
+            total -= next(t.numel for t in self.tensors() if t.name == self.word_embedding)
+        return total
 
     def linear_names(self) -> list[str]:
         """Every distinct block-linear path (the values ``lora_targets`` may match)."""
@@ -143,7 +265,8 @@ class Architecture:
         if self.family == "bert":
             return [(f"bert.encoder.layer.{i}", "block") for i in range(self.num_layers)]
         if self.family == "llama":
-            return [(f"model.layers.{i}", "block") for i in range(self.num_layers)]
+            return [(f"model.layers.{i}", "moe" if self.is_moe and i not in self.dense_layer_ids else "block")
+                    for i in range(self.num_layers)]
         return ([(f"encoder.block.{i}", "encoder") for i in range(self.num_layers)]
                 + [(f"decoder.block.{i}", "decoder") for i in range(self.num_decoder_layers)])
 
@@ -152,9 +275,9 @@ class Architecture:
         h = self.hidden_size
         out: list[ParamTensor] = []
 
-        def add(local: str, *shape: int) -> None:
+        def add(local: str, *shape: int, expert: int | None = None) -> None:
             module = f"{prefix}.{local.rsplit('.', 1)[0]}"
-            out.append(ParamTensor(f"{prefix}.{local}", tuple(shape), prefix, module))
+            out.append(ParamTensor(f"{prefix}.{local}", tuple(shape), prefix, module, expert))
 
         def linear(lin: Linear) -> None:
             add(f"{lin.name}.weight", lin.out_features, lin.in_features)
@@ -175,9 +298,21 @@ class Architecture:
             linear(linears["intermediate.dense"]), linear(linears["output.dense"])
             add("output.LayerNorm.weight", h), add("output.LayerNorm.bias", h)
         elif self.family == "llama":
-            for lin in self.block_linears():
+            for lin in self.block_linears(kind):
                 linear(lin)
+            if self.qk_norm:
+                add("self_attn.q_norm.weight", self.head_dim), add("self_attn.k_norm.weight", self.head_dim)
+            if self.kv_lora_rank:
+                if self.q_lora_rank:
+                    add("self_attn.q_a_layernorm.weight", self.q_lora_rank)
+                add("self_attn.kv_a_layernorm.weight", self.kv_lora_rank)
+            if self.attention_sinks:
+                add("self_attn.sinks", self.num_heads)
+            if kind == "moe":
+                self._moe_tensors(add)
             add("input_layernorm.weight", h), add("post_attention_layernorm.weight", h)
+            if self.sandwich_norms:
+                add("pre_feedforward_layernorm.weight", h), add("post_feedforward_layernorm.weight", h)
         else:
             for lin in self.block_linears(kind):
                 if lin.name.startswith("layer.0.") and lin.name.endswith(".q") and index == 0:
@@ -292,11 +427,18 @@ class Architecture:
 
     def describe(self) -> str:
         kv = f", {self.num_kv_heads} kv heads" if self.num_kv_heads != self.num_heads else ""
+        if self.kv_lora_rank:
+            kv = f", MLA (kv rank {self.kv_lora_rank})"
         layers = (f"{self.num_layers}+{self.num_decoder_layers} layers" if self.family == "t5"
                   else f"{self.num_layers} layers")
+        ffn = f"FFN {self.intermediate_size}"
+        if self.is_moe:
+            dense = f", {len(self.dense_layer_ids)} dense layers" if self.dense_layer_ids else ""
+            shared = f" + shared {self.shared_expert_size}" if self.shared_expert_size else ""
+            ffn = (f"MoE {self.num_experts} experts × {self.moe_intermediate_size}, top-{self.experts_per_token}"
+                   f"{shared}{dense}")
         return (f"{self.model_type}: {layers}, hidden {self.hidden_size}, {self.num_heads} heads{kv}, "
-                f"FFN {self.intermediate_size}, vocab {self.vocab_size}"
-                f"{', tied embeddings' if self.tie_word_embeddings else ''}")
+                f"{ffn}, vocab {self.vocab_size}{', tied embeddings' if self.tie_word_embeddings else ''}")
 
 
 # ---- parsing ------------------------------------------------------------------------------------
@@ -366,21 +508,75 @@ def from_hf_config(cfg: dict[str, Any], where: str = "config.json") -> Architect
             num_decoder_layers=_positive(cfg, where, "num_decoder_layers", default=layers),
             relative_attention_buckets=_positive(cfg, where, "relative_attention_num_buckets", default=32),
             **common)
+    return _decoder(cfg, where, model_type, common)
+
+
+#: Activations of the gated MLP each decoder may use (the op saves its input either way).
+GATED_ACTS = ("silu", "gelu_pytorch_tanh", "gelu")
+
+
+def _decoder(cfg: dict[str, Any], where: str, model_type: str, common: dict[str, Any]) -> Architecture:
+    """Every Llama-style decoder: dense (Llama, Mistral, Qwen2/3, Gemma 2/3, Phi-3/4) and MoE."""
+    if model_type == "gemma3" and isinstance(cfg.get("text_config"), dict):
+        # Gemma 3 4B/12B/27B are image-text models: the text decoder is in text_config; the SigLIP vision
+        # tower (~0.4B) is not modelled.
+        cfg = {**cfg["text_config"], "tie_word_embeddings": cfg.get("tie_word_embeddings", True)}
     h = _positive(cfg, where, "hidden_size")
     heads = _positive(cfg, where, "num_attention_heads")
-    act = str(cfg.get("hidden_act", "silu"))
-    if act != "silu":
-        raise InputError("model", f"{where}: hidden_act {act!r} is not supported for {model_type}", allowed=["silu"])
+    gemma = model_type.startswith("gemma")
+    act = str(_get(cfg, "hidden_activation", "hidden_act", default="silu"))
+    if act not in GATED_ACTS:
+        raise InputError("model", f"{where}: hidden_act {act!r} is not supported for {model_type}",
+                         allowed=list(GATED_ACTS))
+    layers = _positive(cfg, where, "num_hidden_layers")
+    moe: dict[str, Any] = {}
+    experts = _get(cfg, "num_local_experts", "num_experts", "n_routed_experts", default=0) or 0
+    if model_type in ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss") and experts:
+        style = {"mixtral": "mixtral", "gpt_oss": "gpt_oss"}.get(model_type, "deepseek" if "deepseek" in model_type
+                                                                   else "qwen")
+        if style == "deepseek":
+            first = int(cfg.get("first_k_dense_replace", 0) or 0)
+            freq = int(cfg.get("moe_layer_freq", 1) or 1)
+            dense = tuple(i for i in range(layers) if i < first or i % freq)
+            shared = int(cfg.get("n_shared_experts") or 0) * _positive(cfg, where, "moe_intermediate_size")
+        elif style == "qwen":
+            step = int(cfg.get("decoder_sparse_step", 1) or 1)
+            only = set(cfg.get("mlp_only_layers") or [])
+            dense = tuple(i for i in range(layers) if i in only or (i + 1) % step)
+            shared = int(cfg.get("shared_expert_intermediate_size") or 0)
+        else:
+            dense, shared = (), 0
+        moe_size = (_positive(cfg, where, "intermediate_size") if style in ("mixtral", "gpt_oss")
+                    else _positive(cfg, where, "moe_intermediate_size"))
+        moe = {"num_experts": _positive(cfg, where, "num_local_experts", "num_experts", "n_routed_experts"),
+               "experts_per_token": _positive(cfg, where, "num_experts_per_tok", "experts_per_token"),
+               "moe_intermediate_size": moe_size, "shared_expert_size": shared,
+               "shared_expert_gate": model_type == "qwen2_moe" and bool(shared), "dense_layer_ids": dense,
+               "moe_style": style}
+    mla: dict[str, Any] = {}
+    if model_type.startswith("deepseek"):
+        mla = {"q_lora_rank": int(cfg.get("q_lora_rank") or 0),
+               "kv_lora_rank": _positive(cfg, where, "kv_lora_rank"),
+               "qk_nope_head_dim": _positive(cfg, where, "qk_nope_head_dim"),
+               "qk_rope_head_dim": _positive(cfg, where, "qk_rope_head_dim"),
+               "v_head_dim": _positive(cfg, where, "v_head_dim")}
+    head_dim = (mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]) if mla else \
+        _positive(cfg, where, "head_dim", default=h // heads)
+    intermediate = _get(cfg, "intermediate_size", default=0) or 0
+    if not intermediate and not (moe and not moe.get("dense_layer_ids")):
+        _positive(cfg, where, "intermediate_size")  # raises: a dense MLP needs its size
     return Architecture(
-        family, model_type, hidden_size=h, num_layers=_positive(cfg, where, "num_hidden_layers"),
-        num_heads=heads, num_kv_heads=_positive(cfg, where, "num_key_value_heads", default=heads),
-        head_dim=_positive(cfg, where, "head_dim", default=h // heads),
-        intermediate_size=_positive(cfg, where, "intermediate_size"), vocab_size=_positive(cfg, where, "vocab_size"),
+        "llama", model_type, hidden_size=h, num_layers=layers, num_heads=heads,
+        num_kv_heads=heads if mla else _positive(cfg, where, "num_key_value_heads", default=heads),
+        head_dim=head_dim, intermediate_size=int(intermediate), vocab_size=_positive(cfg, where, "vocab_size"),
         max_positions=_positive(cfg, where, "max_position_embeddings", default=4096),
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)), activation="silu",
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", gemma)), activation=act,
         attention_dropout=float(cfg.get("attention_dropout", 0.0) or 0.0),
-        attention_bias=bool(cfg.get("attention_bias", False)), qkv_bias_only=model_type == "qwen2",
-        mlp_bias=bool(cfg.get("mlp_bias", False)), **common)
+        attention_bias=bool(cfg.get("attention_bias", model_type == "gpt_oss")),
+        qkv_bias_only=model_type in ("qwen2", "qwen2_moe"), mlp_bias=bool(cfg.get("mlp_bias", False)),
+        qk_norm=model_type in ("qwen3", "qwen3_moe", "gemma3", "gemma3_text"), sandwich_norms=gemma,
+        fused_projections=model_type == "phi3", attention_sinks=model_type == "gpt_oss",
+        final_logit_softcap=bool(cfg.get("final_logit_softcapping")), **mla, **moe, **common)
 
 
 @cache
@@ -390,15 +586,24 @@ def presets() -> dict[str, dict[str, Any]]:
 
 
 def load_architecture(model: str) -> Architecture:
-    """A preset name, or a path to a Hugging Face ``config.json`` (or a model folder holding one)."""
-    if model in presets():
-        return from_hf_config(presets()[model], where=f"preset {model}")
+    """A preset (key, Hugging Face id or usual spelling), a path to a ``config.json`` or a folder holding
+    one, or an ``org/name`` id in the local Hugging Face cache."""
     path = Path(model).expanduser()
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():
-        raise InputError("model", f"{model!r} is neither a preset nor a config.json file",
-                         allowed=[*sorted(presets()), "<path to config.json>"])
+        key = find_preset(model, presets())
+        if key is not None:
+            return from_hf_config(presets()[key], where=f"preset {key}")
+        cached = cached_config(model)
+        if cached is None:
+            near = nearest(model, presets())
+            hint = f"; did you mean {' or '.join(near)}?" if near else ""
+            raise InputError("model", f"{model!r} is neither a known model, a config.json file or folder, nor a "
+                             f"Hugging Face id in the local cache ({hub_cache()}){hint}",
+                             allowed=[*near, "<path to config.json>", "<org/name in the HF cache>"] if near
+                             else [*sorted(presets()), "<path to config.json>", "<org/name in the HF cache>"])
+        path = cached
     try:
         cfg = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:

@@ -18,6 +18,7 @@ independently with torch's own tracker. Pure Python: no torch import.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 
 from .architecture import Architecture, Linear
@@ -295,25 +296,135 @@ def bert_block(tr: Trace, arch: Architecture, x: Sym, sh: Shape) -> Sym:
     return tr.layernorm(tr.add(m, x), tokens)
 
 
-def llama_block(tr: Trace, arch: Architecture, x: Sym, sh: Shape, rope: Sym) -> Sym:
+@dataclass(frozen=True)
+class Routing:
+    """How routed experts see tokens: ``capacity_factor`` None = dropless (every top-k choice runs);
+    a number = GShard/Switch-style fixed buffers of ceil(cf · tokens · k / E) rows per expert, padded or
+    dropping. ``ep`` > 1 adds the all-to-all dispatch and combine buffers (backward temporaries)."""
+
+    capacity_factor: float | None = None
+    ep: int = 1
+
+    def rows(self, arch: Architecture, tokens: int) -> int:
+        """Token-expert rows that run through the routed experts on one rank (balanced routing)."""
+        k, e = arch.experts_per_token, arch.num_experts
+        if self.capacity_factor is None:
+            return tokens * k
+        return e * math.ceil(self.capacity_factor * tokens * k / e)
+
+
+def _gated_mlp(tr: Trace, n: Sym, lins: list[Linear], tokens: int) -> Sym:
+    """SwiGLU / GeGLU: down(act(gate(n)) * up(n)); a fused gate_up is one linear whose halves are views."""
+    if len(lins) == 2:  # Phi-3 gate_up_proj: act saves the gate half, mul the up half (views of one output)
+        gate_up = tr.linear(n, lins[0], tokens)
+        act = tr.new(gate_up.numel // 2, gate_up.dtype, gate_up.rg)
+        if gate_up.rg:
+            tr.save(gate_up, act)
+        return tr.linear(tr.new(act.numel, act.dtype, act.rg), lins[1], tokens)
+    gate = tr.unary(tr.linear(n, lins[0], tokens), "input")
+    up = tr.linear(n, lins[1], tokens)
+    return tr.linear(tr.mul(gate, up), lins[2], tokens)
+
+
+def _moe(tr: Trace, arch: Architecture, n: Sym, tokens: int, routing: Routing, shared: list[Linear]) -> Sym:
+    """Router, top-k, static dispatch to the experts, weighted combine (mirrors ``torch_models.MoE``)."""
+    e, k, i = arch.num_experts, arch.experts_per_token, arch.moe_intermediate_size
+    rows = routing.rows(arch, tokens)
+    logits = tr.linear(n, Linear("router", arch.hidden_size, e, arch.moe_style == "gpt_oss"), tokens)
+    probs = tr.new(tokens * e, "fp32", logits.rg)  # softmax(logits, dtype=float32) keeps its fp32 output
+    if logits.rg:
+        tr.save(probs)
+    tr.save(Sym(tokens * k, "int64", False, "const"))  # topk keeps the chosen indices
+    weights = tr.new(tokens * k, "fp32", probs.rg)
+    if weights.rg:  # top-k weights renormalised to sum to 1: the division keeps both operands
+        tr.save(weights, tr.new(tokens, "fp32", True))
+    weights = tr.new(tokens * k, "fp32", weights.rg)
+    weights = tr.to(weights, n.dtype)
+    order = Sym(tokens * k, "int64", False, "const")
+    token_of = Sym(rows, "int64", False, "const")
+    tr.save(order, token_of)  # the gather of the routing weights and index_select/index_add keep indices
+    xs = tr.new(rows * arch.hidden_size, n.dtype, n.rg)  # one dispatch buffer; each expert's input is a view
+    expert = [Linear("gate", arch.hidden_size, i, False), Linear("up", arch.hidden_size, i, False),
+              Linear("down", i, arch.hidden_size, False)]
+    ys = _gated_mlp(tr, xs, expert, rows)
+    ws = tr.new(rows, weights.dtype, weights.rg)
+    out = tr.mul(ys, ws)
+    combined = tr.new(tokens * arch.hidden_size, out.dtype, out.rg)
+    if shared:
+        gated = [lin for lin in shared if lin.name.endswith("shared_expert_gate")]
+        s_out = _gated_mlp(tr, n, [lin for lin in shared if lin not in gated], tokens)
+        if gated:
+            sig = tr.unary(tr.linear(n, gated[0], tokens), "output")
+            s_out = tr.mul(s_out, sig)
+        combined = tr.add(combined, s_out)
+    return combined
+
+
+def _mla(tr: Trace, arch: Architecture, n: Sym, sh: Shape, lin: dict[str, Linear]) -> Sym:
+    """DeepSeek multi-head latent attention: low-rank q and kv, RMSNorm on the latents, split rope part."""
+    tokens, a = sh.batch * sh.seq, arch.num_heads
+    if arch.q_lora_rank:
+        q = tr.linear(tr.rmsnorm_llama(tr.linear(n, lin["self_attn.q_a_proj"], tokens), tokens),
+                      lin["self_attn.q_b_proj"], tokens)
+    else:
+        q = tr.linear(n, lin["self_attn.q_proj"], tokens)
+    ckv = tr.linear(n, lin["self_attn.kv_a_proj_with_mqa"], tokens)
+    latent = tr.rmsnorm_llama(tr.new(tokens * arch.kv_lora_rank, ckv.dtype, ckv.rg), tokens)
+    kv = tr.linear(latent, lin["self_attn.kv_b_proj"], tokens)
+    rope = Sym(sh.seq * arch.qk_rope_head_dim, q.dtype, False, "const")
+    q_pe = tr.add(tr.mul(tr.new(tokens * a * arch.qk_rope_head_dim, q.dtype, q.rg), rope),
+                  tr.mul(tr.new(tokens * a * arch.qk_rope_head_dim, q.dtype, q.rg), rope))
+    k_pe = tr.add(tr.mul(tr.new(tokens * arch.qk_rope_head_dim, ckv.dtype, ckv.rg), rope),
+                  tr.mul(tr.new(tokens * arch.qk_rope_head_dim, ckv.dtype, ckv.rg), rope))
+    qk = arch.qk_nope_head_dim + arch.qk_rope_head_dim
+    q_full = tr.new(tokens * a * qk, q.dtype, q.rg or q_pe.rg)  # cat(q_nope, q_pe) copies
+    k_full = tr.new(tokens * a * qk, kv.dtype, kv.rg or k_pe.rg)  # cat(k_nope, k_pe expanded)
+    v = tr.copy(tr.new(tokens * a * arch.v_head_dim, kv.dtype, kv.rg))
+    rows = sh.batch * a * sh.seq
+    o = tr.sdpa(q_full, k_full, v, tokens * a * arch.v_head_dim, rows)
+    return tr.linear(o, lin["self_attn.o_proj"], tokens)
+
+
+def llama_block(tr: Trace, arch: Architecture, x: Sym, sh: Shape, rope: Sym, kind: str = "block",
+                routing: Routing | None = None) -> Sym:
     tokens = sh.batch * sh.seq
-    lin = _lin(arch, "block")
+    lin = _lin(arch, kind)
     n = tr.rmsnorm_llama(x, tokens)
-    q = tr.linear(n, lin["self_attn.q_proj"], tokens)
-    k = tr.linear(n, lin["self_attn.k_proj"], tokens)
-    v = tr.linear(n, lin["self_attn.v_proj"], tokens)
-    q = tr.add(tr.mul(q, rope), tr.mul(tr.copy(q), rope))  # q·cos + rotate_half(q)·sin (cat copies)
-    k = tr.add(tr.mul(k, rope), tr.mul(tr.copy(k), rope))
-    if arch.num_kv_heads != arch.num_heads:  # repeat_kv materialises full-width keys and values
-        rep = arch.num_heads // arch.num_kv_heads
-        k = tr.new(k.numel * rep, k.dtype, k.rg)
-        v = tr.new(v.numel * rep, v.dtype, v.rg)
-    o = _attend(tr, arch, q, k, v, sh, causal=True, dropout=arch.attention_dropout)
-    x = tr.add(x, tr.linear(o, lin["self_attn.o_proj"], tokens))
+    if arch.kv_lora_rank:
+        attn_out = _mla(tr, arch, n, sh, lin)
+    else:
+        if arch.fused_projections:  # one qkv output; q, k, v are views (rope makes new q and k)
+            qkv = tr.linear(n, lin["self_attn.qkv_proj"], tokens)
+            q = tr.new(tokens * arch.inner_size, qkv.dtype, qkv.rg)
+            k = tr.new(tokens * arch.kv_size, qkv.dtype, qkv.rg)
+            v = qkv
+        else:
+            q = tr.linear(n, lin["self_attn.q_proj"], tokens)
+            k = tr.linear(n, lin["self_attn.k_proj"], tokens)
+            v = tr.linear(n, lin["self_attn.v_proj"], tokens)
+        if arch.qk_norm:  # RMSNorm over head_dim on q and k
+            q = tr.rmsnorm_llama(q, tokens * arch.num_heads)
+            k = tr.rmsnorm_llama(k, tokens * arch.num_kv_heads)
+        q = tr.add(tr.mul(q, rope), tr.mul(tr.copy(q), rope))  # q·cos + rotate_half(q)·sin (cat copies)
+        k = tr.add(tr.mul(k, rope), tr.mul(tr.copy(k), rope))
+        if arch.num_kv_heads != arch.num_heads:  # repeat_kv materialises full-width keys and values
+            rep = arch.num_heads // arch.num_kv_heads
+            k = tr.new(k.numel * rep, k.dtype, k.rg)
+            v = tr.new(tokens * arch.inner_size, v.dtype, v.rg)
+        o = _attend(tr, arch, q, k, v, sh, causal=True, dropout=arch.attention_dropout)
+        attn_out = tr.linear(o, lin["self_attn.o_proj"], tokens)
+    if arch.sandwich_norms:
+        attn_out = tr.rmsnorm_llama(attn_out, tokens)
+    x = tr.add(x, attn_out)
     n = tr.rmsnorm_llama(x, tokens)
-    gate = tr.unary(tr.linear(n, lin["mlp.gate_proj"], tokens), "input")
-    up = tr.linear(n, lin["mlp.up_proj"], tokens)
-    return tr.add(x, tr.linear(tr.mul(gate, up), lin["mlp.down_proj"], tokens))
+    if kind == "moe":
+        shared = arch.block_linears("moe")[len(arch._attention_linears()):]
+        m = _moe(tr, arch, n, tokens, routing or Routing(), shared)
+    else:
+        m = _gated_mlp(tr, n, arch.block_linears("block")[len(arch._attention_linears()):], tokens)
+    if arch.sandwich_norms:
+        m = tr.rmsnorm_llama(m, tokens)
+    return tr.add(x, m)
 
 
 def t5_block(tr: Trace, arch: Architecture, kind: str, x: Sym, sh: Shape, bias: Sym, enc: Sym | None) -> Sym:
@@ -374,7 +485,7 @@ class ActivationProfile:
 
 
 def profile(arch: Architecture, num: Numerics, shape: Shape, lora_rank: int = 0,
-            lora_targets: frozenset[str] = frozenset()) -> ActivationProfile:
+            lora_targets: frozenset[str] = frozenset(), routing: Routing | None = None) -> ActivationProfile:
     """Replay one forward symbolically and collect saved bytes per block and outside the blocks.
 
     With ``lora_rank`` every base parameter is frozen and only the adapters on ``lora_targets`` train.
@@ -418,7 +529,10 @@ def profile(arch: Architecture, num: Numerics, shape: Shape, lora_rank: int = 0,
         elif arch.family == "bert":
             x = bert_block(tr, arch, x, shape)
         elif arch.family == "llama":
-            x = llama_block(tr, arch, x, shape, rope)
+            x = llama_block(tr, arch, x, shape, rope, kind, routing)
+            if kind == "moe" and routing is not None and routing.ep > 1:  # all-to-all send + receive buffers
+                rows = routing.rows(arch, shape.batch * shape.seq)
+                tr.largest_act = max(tr.largest_act, rows * arch.hidden_size * BYTES[x.dtype])
         else:
             x = t5_block(tr, arch, kind, x, shape, bias, enc_out)
         per_block.append(tr.saved_bytes("act") + tr.saved_bytes("const"))
@@ -443,6 +557,8 @@ def profile(arch: Architecture, num: Numerics, shape: Shape, lora_rank: int = 0,
         rows, vocab = shape.batch, arch.num_labels
     else:
         logits = root.linear(x, Linear("lm_head", h, arch.vocab_size, False), tokens)
+        if arch.final_logit_softcap:  # Gemma 2: tanh(logits / cap) * cap — tanh keeps its output
+            logits = root.unary(logits, "output")
         rows, vocab = tokens, arch.vocab_size
     logits32 = rows * vocab * 4  # loss = cross_entropy(logits.float()): log_softmax keeps an fp32 copy
     return ActivationProfile(

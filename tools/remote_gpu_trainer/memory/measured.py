@@ -70,6 +70,16 @@ class MeasureResult:
     torch_version: str
 
 
+def measured_unsupported(arch) -> str | None:
+    """What of ``arch`` the plain-torch models cannot build (None: measurable). Decoders with MoE
+    (Mixtral, Qwen-MoE), Qwen3 q/k norms, Gemma norms and Phi-3's fused projections are built."""
+    if arch.kv_lora_rank:
+        return "DeepSeek multi-head latent attention"
+    if arch.moe_style == "gpt_oss" or arch.attention_sinks:
+        return "GPT-OSS's stacked experts and attention sinks"
+    return None
+
+
 class MeasureError(RuntimeError):
     """The measurement could not run (timeout, crash, unsupported op); the text says why."""
 
