@@ -214,8 +214,9 @@ def supervise(run: RunDir) -> int:
     stopped = run.read(STOP)
     detail = {"succeeded": "exited with code 0", "failed": f"exited with code {exit_code}",
               "killed": f"ended by {signal_name(sig)}", "oom_killed": "killed by the OOM killer"}[state]
-    if stopped and state in ("killed", "failed", "succeeded"):
-        detail += " after run_stop asked it to stop"
+    if stopped and state in ("killed", "failed"):
+        # torchrun turns the SIGTERM it got into exit code 1: the run was still stopped on request
+        state, detail = "killed", f"stopped by run_stop ({detail})"
     left = sorted(pid for pid in watch.pids - {child.pid} if _in_group(pid, child.pid))
     _finish(run, meta, {"state": state, "detail": detail, "exit_code": exit_code, "signal": sig,
                         "signal_name": signal_name(sig), "oom": oom, "stopped_by_run_stop": bool(stopped),
