@@ -6,6 +6,7 @@ two tools through MCP and the `rgt` CLI."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import socket
 import subprocess
@@ -393,15 +394,22 @@ async def test_render_template_through_mcp(client):
     assert "missing required variable(s) command, run_dir" in error
 
 
-def test_rgt_render_template_prints_a_runnable_script(tmp_path, capsys):
+def test_rgt_render_template_writes_a_runnable_script(tmp_path, capsys):
     code = cli.main(["render-template", "run_one", "--provider", "vast", "--variables",
-                     json.dumps({"run_name": "exp1", "command": "python train.py"})])
+                     json.dumps({"run_name": "exp1", "command": "python train.py"}), "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0
-    path = tmp_path / "run_one.sh"
-    path.write_text(out)
-    assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
-    assert out.splitlines()[0] == "#!/usr/bin/env bash" and "# rgt render-template: PASS" in out
+    path = tmp_path / "run_one-exp1.sh"
+    assert subprocess.run(["bash", "-n", str(path)]).returncode == 0 and os.access(path, os.X_OK)
+    assert path.read_text().splitlines()[0] == "#!/usr/bin/env bash" and out.startswith("PASS  run_one:")
+
+
+def test_rgt_variables_that_are_not_json_are_said_plainly(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["render-template", "run_one", "--variables", '{"run_name": x}'])
+    assert exit_.value.code == 2
+    assert "--variables: not valid JSON at char 13: Expecting value; example: --variables '{\"key\": 1}'" in \
+        capsys.readouterr().err
 
 
 def test_rgt_render_takes_script_args_as_one_shell_string(capsys, no_local_gpu):
@@ -414,7 +422,7 @@ def test_rgt_render_exit_codes(capsys, no_local_gpu):
     assert cli.main(["render", "--launcher", "accelerate", "--nproc-per-node", "2", "--script", "train.py",
                      "--gpu", "A100"]) == 0
     out = capsys.readouterr().out
-    assert "==> accelerate_config.yaml <==" in out and "==> launch.sh <==" in out
+    assert "  accelerate_config.yaml  (yaml, " in out and "  launch.sh  (bash, executable, " in out
     assert cli.main(["render", "--launcher", "accelerate", "--nproc-per-node", "2", "--script", "train.py",
                      "--gpu", "T4", "--precision", "bf16"]) == 1
     capsys.readouterr()

@@ -53,6 +53,18 @@ def _is_scalar(annotation: Any) -> bool:
     return annotation in (str, int, float)
 
 
+def _json_argument(name: str) -> Any:
+    """json.loads with an error in plain words: where the text stopped being JSON, and an example."""
+    def parse(text: str) -> Any:
+        try:
+            return json.loads(text)
+        except ValueError as err:
+            where = f" at char {err.pos}" if isinstance(err, json.JSONDecodeError) else ""
+            raise argparse.ArgumentTypeError(f"not valid JSON{where}: {getattr(err, 'msg', err)}; example: "
+                                             f"--{name.replace('_', '-')} '{{\"key\": 1}}'") from None
+    return parse
+
+
 def _add_field(parser: argparse.ArgumentParser, name: str, field: FieldInfo, positional: bool) -> None:
     annotation = _unwrap_optional(field.annotation)
     help_text = (field.description or "").replace("%", "%%")
@@ -65,7 +77,7 @@ def _add_field(parser: argparse.ArgumentParser, name: str, field: FieldInfo, pos
     elif _is_scalar(annotation):
         kwargs["choices"] = _choices(annotation)
     else:  # dicts, nested models, lists of models: JSON text
-        kwargs["type"] = json.loads
+        kwargs["type"] = _json_argument(name)
         kwargs["metavar"] = "JSON"
     if positional:
         kwargs.pop("default")
@@ -105,6 +117,8 @@ def _add_spec(subparsers: Any, spec: ToolSpec, groups: dict[str, Any]) -> None:
         parser.add_argument("--host", default=os.environ.get("RGT_HOST") or None,
                             help="run on this box over ssh (an ssh alias or user@name[:port]); "
                             "default $RGT_HOST, else this machine")
+    if spec.name in ("render_launch", "render_template"):  # multi-file results (DeepSpeed: 3 files)
+        parser.add_argument("--out", metavar="DIR", dest="command_out", help="also write the rendered files into DIR")
     parser.add_argument("--json", action="store_true", dest="as_json", help="print the result as JSON")
     parser.set_defaults(spec=spec)
 
@@ -143,6 +157,11 @@ def _run_spec(spec: ToolSpec, namespace: argparse.Namespace) -> int:
     except RemoteError as err:
         print(f"rgt {spec.cli}: {err}", file=sys.stderr)
         return EXIT_REMOTE_ERROR
+    if getattr(namespace, "command_out", None):
+        from .render.tool import write_files
+
+        for path in write_files(result, namespace.command_out):
+            print(f"wrote {path}", file=sys.stderr)
     if namespace.as_json:
         print(result.model_dump_json(indent=2))
     else:

@@ -743,16 +743,22 @@ def _summary(catalog: Catalog, matches: list[Match], text: _Text, first_error: i
 
 
 def render(out: DiagnoseOutput) -> str:
+    shown: dict[int, int] = {}
     if not out.matches:
         body = "no matches"
     else:
         rows = [[n, m.id, f"{m.score:.1f}", m.evidence, m.line.line_number if m.line else "-", m.file]
                 for n, m in enumerate(out.matches, 1)]
         blocks = [format_table(["#", "entry", "score", "evidence", "line", "file"], rows)]
+        # input line number -> the match that showed it first
         for n, m in enumerate(out.matches, 1):
             detail = [f"{n}. {m.id} — {m.title}"]
-            if m.line:
-                detail.append(f"   matched: {m.line.text}")
+            if m.line and m.line.line_number in shown:
+                detail.append(f"   matched: line {m.line.line_number}, as #{shown[m.line.line_number]}")
+            elif m.line:
+                shown[m.line.line_number] = n
+                text = m.line.text if n == 1 or len(m.line.text) <= 160 else m.line.text[:159] + "…"
+                detail.append(f"   matched: {text}")
             if n == 1:  # the likely cause gets its whole fix; the others their first step (--json has all)
                 detail.append("   fix:\n" + "\n".join("     " + line for line in m.fix.splitlines()))
             else:
@@ -773,7 +779,11 @@ def render(out: DiagnoseOutput) -> str:
         f"Xid {', '.join(map(str, c.xid_codes))}" if c.xid_codes else "",
     ]
     context = " · ".join(f for f in facts if f) or "nothing recognised"
-    first = f"\nfirst error: line {out.first_error.line_number}: {out.first_error.text}" if out.first_error else ""
+    first = ""
+    if out.first_error and out.first_error.line_number not in shown:
+        first = f"\nfirst error: line {out.first_error.line_number}: {out.first_error.text}"
+    elif out.first_error:
+        first = f"\nfirst error: line {out.first_error.line_number} (#{shown[out.first_error.line_number]} above)"
     return f"{out.summary}\n\n{body}\n\ncontext: {context}{first}\n({out.lines_scanned} lines, " \
            f"{out.catalog_entries} catalog entries)"
 

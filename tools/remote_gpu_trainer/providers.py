@@ -424,12 +424,18 @@ def _normalise(name: str) -> str:
 
 def resolve_provider(name: str, profiles: dict[str, Profile]) -> Profile:
     """Find a profile by name or alias ("vast", "vast.ai" → vastai). Unknown → InputError listing names."""
+    import difflib  # only on a miss
+
     wanted = _normalise(name)
     for profile in profiles.values():
         if wanted == profile.name or wanted in (_normalise(a) for a in profile.front.aliases):
             return profile
     known = [f"{p.name} ({', '.join(p.front.aliases)})" if p.front.aliases else p.name for p in profiles.values()]
-    raise InputError("provider", f"unknown provider {name!r}", allowed=known)
+    names = {_normalise(a): p.name for p in profiles.values() for a in (p.name, *p.front.aliases)}
+    near = list(dict.fromkeys(names[n] for n in difflib.get_close_matches(wanted, names, n=3, cutoff=0.6)))
+    hint = f"; did you mean {' or '.join(near)}?" if near else "."
+    raise InputError("provider", f"unknown provider {name!r}{hint} For any box you reach over SSH (your own "
+                     "cloud VM, a university cluster, a provider without a profile) use 'generic-ssh'", allowed=known)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -78,7 +78,7 @@ class RenderLaunchInput(StrictModel):
     nnodes: int = Field(1, ge=1, le=1024, description="Number of nodes; > 1 needs master_addr (or scheduler=slurm)")
     script_args: str = Field("", max_length=20_000, description="Arguments for the training script as you would "
                              "type them, shell-quoted: e.g. \"--lr 3e-4 --name 'run 1'\" (each word is re-quoted "
-                             "in launch.sh; $VARS are not expanded)")
+                             "in launch.sh; $VARS are not expanded, and the result's notes say so)")
     master_addr: str | None = Field(None, description="Head node's private IP (preferred) or hostname, reachable from "
                                     "every node (NODE-02); multi-node only")
     port: int | None = Field(None, ge=1, le=65535, description="Rendezvous/master port. Default: single node picks a "
@@ -269,6 +269,17 @@ def script_words(args: RenderLaunchInput) -> list[str]:
         return shlex.split(args.script_args)
     except ValueError as err:
         raise InputError("script_args", f"cannot be split like a shell command line: {err}") from None
+
+
+def literal_dollar_note(args: RenderLaunchInput) -> str | None:
+    """A word with ``$`` reaches the script literally (launch.sh quotes every word, so a caller's text never
+    becomes shell code): say so, because ``"$HOME/x y"`` in a shell would have expanded."""
+    words = [w for w in script_words(args) if "$" in w]
+    if not words:
+        return None
+    shown = ", ".join(shlex.quote(w) for w in words[:3]) + (" …" if len(words) > 3 else "")
+    return (f"script_args: {shown} reach the script literally: launch.sh quotes every word, so $VARIABLES are not "
+            "expanded. Write the value itself, or read the variable inside the script (env passes it)")
 
 
 def _is_ip(text: str) -> bool:
@@ -875,6 +886,9 @@ def render_launch(args: RenderLaunchInput) -> RenderLaunchResult:
             files.append(RenderedFile(name="hostfile", language="text", executable=False, text=hostfile))
             plan.notes.append("hostfile: with --no_ssh only its line count and slots matter; replace node1.. with "
                               "the real names if you switch to pdsh")
+    dollar = literal_dollar_note(args)
+    if dollar:
+        plan.notes.insert(0, dollar)
     profile_env = {}
     if profile:
         overrides = profile_context(profile) or {}

@@ -169,12 +169,17 @@ CONTEXT_NAMES = frozenset({"generated", "provider", "profile"})
 """Variables every template gets from the tool itself, not from the caller."""
 
 
-def describe(template: ScriptTemplate, has_profile: bool) -> list[str]:
-    """``name (required): description`` lines for error messages and the tool description."""
+def describe(template: ScriptTemplate, has_profile: bool | None) -> list[str]:
+    """``name (required)`` items for error messages and the tool description. ``has_profile=None`` (the
+    schema, before anyone chose) says that a directory variable is required without a provider."""
     lines = []
     for v in template.variables:
-        need = "required" if v.required or (v.needs_path_without_provider and not has_profile) else \
-            "optional" if v.default is None else f"default {v.default!r}"
+        if v.needs_path_without_provider and has_profile is None:
+            need = "required without a provider"
+        elif v.required or (v.needs_path_without_provider and not has_profile):
+            need = "required"
+        else:
+            need = "optional" if v.default is None else f"default {v.default!r}"
         lines.append(f"{v.name} ({need})")
     return lines
 
@@ -291,7 +296,7 @@ def resolve_variables(template: ScriptTemplate, given: dict[str, Any], profile: 
                 if v.required or (v.needs_path_without_provider and profile is None)]
     missing = [name for name in required if given.get(name) in (None, "")]
     if missing:
-        hint = "" if profile is not None else " (a provider would supply the directory)"
+        hint = "" if profile is not None else " (without a provider; give provider=... to use its directory)"
         raise InputError("variables", f"missing required variable(s) {', '.join(missing)} for template "
                          f"{template.name}{hint}; required: {', '.join(required)}",
                          allowed=describe(template, profile is not None))

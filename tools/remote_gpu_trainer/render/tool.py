@@ -1,15 +1,18 @@
 """The render_template and render_launch ToolSpecs (``rgt render-template``, ``rgt render``).
 
-Both are read-only: they return text and checks, and never write a file or start anything. The
-agent (or the human, through ``rgt ... > file``) saves the text on the box.
+Both are read-only: they return the files and checks, and never write a file or start anything. The
+agent saves ``files[].text`` on the box; a human uses ``rgt render ... --out DIR`` (:func:`write_files`).
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
 
+from ..errors import InputError
 from ..health.checks import Check
 from ..models import EntryRef, StrictModel, Verdict, worst
 from ..tables import format_table
@@ -21,7 +24,7 @@ TemplateName = Literal["run_one", "run_queue", "health_patrol"]
 
 
 def _variables_help() -> str:
-    return "; ".join(f"{name}: {', '.join(describe(t, has_profile=True))}" for name, t in TEMPLATES.items())
+    return "; ".join(f"{name}: {', '.join(describe(t, has_profile=None))}" for name, t in TEMPLATES.items())
 
 
 class RenderTemplateInput(StrictModel):
@@ -31,7 +34,7 @@ class RenderTemplateInput(StrictModel):
                                  "china, generic-ssh, local, or an alias): fills the durable directory, HF_HOME and "
                                  "the profile's environment. Without it, give run_dir / queue_dir")
     variables: dict[str, Any] = Field(default_factory=dict, description="The template's variables as an object. "
-                                      + _variables_help() + ". (required without a provider: run_dir / queue_dir)")
+                                      + _variables_help() + ".")
 
 
 class RenderTemplateResult(StrictModel):
@@ -58,6 +61,28 @@ def run_render_template(args: RenderTemplateInput, progress: Progress) -> Render
                                 references=list(template.references))
 
 
+def write_files(result: RenderTemplateResult | RenderLaunchResult, out_dir: Path | str) -> list[Path]:
+    """Write every rendered file into ``out_dir`` (created if missing), executable ones with mode 0755.
+
+    For ``rgt render ... --out DIR``: a DeepSpeed launch is launch.sh + ds_config.json + hostfile, and
+    launch.sh finds its config files next to itself. File names come from the renderer, never from the
+    caller, and must be plain names: nothing is written outside ``out_dir``.
+    """
+    directory = Path(out_dir)
+    files = [result.file] if isinstance(result, RenderTemplateResult) else list(result.files)
+    for f in files:
+        if Path(f.name).name != f.name or f.name in ("", ".", ".."):
+            raise InputError("out", f"refusing to write {f.name!r}: not a plain file name")
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for f in files:
+        path = directory / f.name
+        path.write_text(f.text, encoding="utf-8")
+        path.chmod(0o755 if f.executable else 0o644)
+        written.append(path)
+    return written
+
+
 def run_render_launch(args: RenderLaunchInput, progress: Progress) -> RenderLaunchResult:
     progress(0, 2, "rendering")
     return render_launch(args)
@@ -68,21 +93,53 @@ def _check_table(checks: list[Check]) -> str:
                         [[c.verdict.value, c.name, c.observed[:90], c.entry.id if c.entry else ""] for c in checks])
 
 
+def _file_line(f: RenderedFile) -> str:
+    lines = f.text.count("\n") + (not f.text.endswith("\n"))
+    return f"  {f.name}  ({f.language}{', executable' if f.executable else ''}, {len(f.text.encode()):,} bytes, " \
+           f"{lines} lines)"
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _checks_line(checks: list[Check]) -> list[str]:
+    """Passing checks on one line; anything else with what was observed, since that is what to act on."""
+    passed = [c.name for c in checks if c.verdict in (Verdict.PASS, Verdict.SKIP)]
+    lines = [f"checks: {len(passed)} passed ({', '.join(passed)})"] if passed else []
+    lines += [f"  {c.verdict.value:7} {c.name}: {_short(c.observed, 200)}"
+              + (f"  → {c.entry.file}#{c.entry.id}" if c.entry else "")
+              for c in checks if c.verdict not in (Verdict.PASS, Verdict.SKIP)]
+    return lines
+
+
+def _files_hint(files: list[RenderedFile]) -> str:
+    return ("the text of each file is in the structured result (files[].text / file.text); "
+            "`--out DIR` writes " + ("them" if len(files) > 1 else "it") + " from the CLI")
+
+
 def render_template_text(result: RenderTemplateResult) -> str:
-    """The script itself (so `rgt render-template ... > run_one.sh` works), then the checks as comments."""
-    lines = [f"# rgt render-template: {result.verdict.value}"]
-    lines += [f"#   {c.verdict.value:7} {c.name}: {c.observed}" for c in result.checks]
-    lines += [f"#   usage: {u}" for u in result.usage]
-    return result.file.text.rstrip("\n") + "\n\n" + "\n".join(lines)
+    """What was rendered and whether it passed: the file's name and size, the variables, the checks,
+    how to use it. The script itself is ``file.text`` (or ``rgt render-template ... --out DIR``)."""
+    lines = [f"{result.verdict.value}  {result.summary}", "file:", _file_line(result.file),
+             "variables: " + ", ".join(f"{k}={_short(v, 40)}" for k, v in result.variables.items()
+                                       if v not in (None, {}, [], ""))]
+    lines += _checks_line(result.checks)
+    lines += [f"usage: {u}" for u in result.usage]
+    lines.append(f"({_files_hint([result.file])})")
+    return "\n".join(lines)
 
 
 def render_launch_text(result: RenderLaunchResult) -> str:
-    parts = [f"{result.verdict.value}  {result.summary}", _check_table(result.checks)]
-    parts += [f"note: {n}" for n in result.notes]
-    for f in result.files:
-        parts.append(f"==> {f.name} <==\n{f.text.rstrip()}")
-    return "\n\n".join(parts)
-
+    """The verdict, the command this node runs, the files with sizes and the checks; the file bodies
+    are in ``files[].text`` (or ``rgt render ... --out DIR``)."""
+    lines = [f"{result.verdict.value}  {result.summary}", f"command: {result.command}", "files:"]
+    lines += [_file_line(f) for f in result.files]
+    lines += _checks_line(result.checks)
+    lines += [f"note: {n}" for n in result.notes]
+    lines.append(f"({_files_hint(result.files)})")
+    return "\n".join(lines)
 
 
 SPECS = [

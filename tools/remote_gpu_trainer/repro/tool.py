@@ -114,8 +114,12 @@ def _indent(text: str, prefix: str = "    ") -> str:
     return "\n".join(prefix + line for line in text.splitlines())
 
 
-def render_case(r: CaseResult) -> str:
-    lines = [f"{r.case} / {r.variant} — {r.status}", f"  what:    {r.summary}", f"  why:     {r.why}"]
+def render_case(r: CaseResult, brief: bool = False) -> str:
+    """One variant; ``brief`` (several variants) leaves out the why and the diff, which are the catalog's
+    fixed text (in the result and the entry), and keeps what this run observed."""
+    lines = [f"{r.case} / {r.variant} — {r.status}", f"  what:    {r.summary}"]
+    if not brief:
+        lines.append(f"  why:     {r.why}")
     if r.message is not None:
         rank = f" (rank {r.root_cause_rank})" if r.root_cause_rank is not None else ""
         lines.append(f"  error:   {r.exception_type}: {r.message}{rank}")
@@ -131,7 +135,8 @@ def render_case(r: CaseResult) -> str:
     fixed = r.fixed_detail if r.fixed_ok else (r.fixed_error or "")
     lines.append(f"  fixed:   {_yes(r.fixed_ok)}" + (f" — {fixed}" if fixed else ""))
     lines.append(f"  entry:   {r.entry.file} {r.entry.id}")
-    lines.append("  diff:\n" + _indent(r.fix_diff))
+    if not brief:
+        lines.append("  diff:\n" + _indent(r.fix_diff))
     return "\n".join(lines)
 
 
@@ -149,7 +154,10 @@ def render_repro(report: ReproReport) -> str:
     rows = [[r.case, r.variant, r.status, r.exception_type, r.raised_at, _yes(r.fixed_ok), r.seconds]
             for r in report.results]
     table = format_table(["case", "variant", "status", "exception", "raised at", "fix ok", "s"], rows)
-    blocks = "\n\n".join(render_case(r) for r in report.results)
+    brief = len(report.results) > 2
+    blocks = "\n\n".join(render_case(r, brief) for r in report.results)
+    if brief:
+        blocks += "\n\n(why and the fix diff of each variant: results[].why / fix_diff, or `rgt repro CASE`)"
     notes = "\n".join(f"note: {n}" for n in report.notes)
     return "\n\n".join(part for part in (head, table, blocks, notes) if part)
 
