@@ -119,8 +119,21 @@ def test_score_mode_rejects_unusable_answers(tmp_path, capsys):
 
 
 def test_calibration_file_can_be_scored_and_labels_are_compared(capsys):
-    assert main(["score", str(FIXTURES / "calibration.jsonl"), "--cases", str(CASES)]) == 1
-    assert "labels: 4/4 answers scored as labelled" in capsys.readouterr().out
+    # Fail-labelled answers failing is the point of a calibration file: the last line says the labels agree.
+    assert main(["score", str(FIXTURES / "calibration.jsonl"), "--cases", str(CASES)]) == 0
+    out = capsys.readouterr().out
+    assert "labels: 4/4 answers scored as labelled" in out
+    assert out.splitlines()[-1] == "2 passed, 2 failed, as labelled for 4 of 4: the scorer agrees with every label"
+
+
+def test_calibration_label_the_scorer_disagrees_with_fails(capsys, tmp_path):
+    flipped = tmp_path / "calibration.jsonl"
+    lines = (FIXTURES / "calibration.jsonl").read_text().splitlines()
+    flipped.write_text("\n".join([lines[0].replace('"label": "pass"', '"label": "fail"'), *lines[1:]]) + "\n")
+    assert main(["score", str(flipped), "--cases", str(CASES)]) == 1
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("2 passed, 2 failed, as labelled for 3 of 4: 1 disagree: orphan-vram (line 1): labelled "
+                           "fail, scored pass")
 
 
 def test_wilson_interval():

@@ -153,6 +153,13 @@ def _score(args: argparse.Namespace) -> int:
             flag.parent.mkdir(parents=True, exist_ok=True)
             flag.write_text(render(report), encoding="utf-8")
     failed = summary["failed"] + summary["errors"]
+    labels = summary.get("labels")
+    if labels and labels["labelled"] == len(scored):
+        # A calibration file: fail-labelled answers are meant to fail; what matters is agreement with the labels.
+        print(f"{summary['passed']} passed, {failed} failed, as labelled for {labels['agree']} of "
+              f"{labels['labelled']}: " + ("the scorer agrees with every label" if not labels["disagree"] else
+                                          f"{len(labels['disagree'])} disagree: {'; '.join(labels['disagree'][:5])}"))
+        return 1 if labels["disagree"] or summary["errors"] else 0
     print(f"{summary['passed']} passed, {failed} failed")
     return 1 if failed else 0
 
