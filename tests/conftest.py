@@ -77,3 +77,25 @@ def pytest_collection_modifyitems(config, items) -> None:
         skip = pytest.mark.skip(reason="needs a real NVIDIA GPU (NVML found none)")
         for item in gpu_items:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def ssh_fleet(tmp_path_factory):
+    """Loopback ssh boxes shared by the remote tests (tests/sshbox.py): ``box-a`` (OpenSSH sshd where it is
+    installed, healthy 8×H100 fake) and ``box-b`` (the asyncssh server, ECC fake), both with the runtime
+    installed by the real ``box install``. Tests may ``add`` more boxes; ``install_runtime`` links them to
+    the same runtime. RGT_SSH_CONFIG and RGT_SSH_CONTROL_DIR point at the fleet for the whole session."""
+    from tests.sshbox import SSHD, Fleet, have_asyncssh
+
+    if not (SSHD or have_asyncssh()):
+        pytest.fail("no ssh server for the remote tests: install openssh-server or the asyncssh dev dependency")
+    fleet = Fleet(tmp_path_factory.mktemp("fleet"))
+    try:
+        fleet.add("box-a", scenario="healthy-8xh100")
+        fleet.add("box-b", scenario="ecc-dbe", server="asyncssh" if have_asyncssh() else None)
+        with fleet.environment():
+            fleet.install_runtime("box-a")
+            fleet.install_runtime("box-b")
+            yield fleet
+    finally:
+        fleet.close()

@@ -16,7 +16,7 @@ The client side is a generated ``ssh_config`` (``RGT_SSH_CONFIG``) with one ``Ho
 ``IdentitiesOnly``, its own ``UserKnownHostsFile`` and ``StrictHostKeyChecking`` per alias, so tests can
 build an unknown, a changed or an accepted-on-first-use host key, a wrong client key, or a closed port.
 
-Use (see tests/test_remote.py)::
+Use (the session fixture ``ssh_fleet`` in tests/conftest.py builds one; tests/test_remote.py)::
 
     fleet = Fleet(tmp_path)                 # keys, config, control dir
     fleet.add("box1", scenario="healthy-8xh100")                     # sshd if installed, else asyncssh

@@ -92,7 +92,7 @@ class ToolSpec:
         arguments = dict(arguments)
         host = arguments.pop("host", None) if self.remote else None
         args = self.validate(arguments)
-        if not host:
+        if host is None:
             result = self.run(args, progress)
             if not isinstance(result, self.output_model):
                 raise TypeError(f"{self.name} returned {type(result).__name__}, not {self.output_model.__name__}")
