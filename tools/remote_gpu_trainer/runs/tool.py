@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from ..errors import InputError
-from ..models import StrictModel
+from ..models import EntryRef, StrictModel
 from ..processes.fingerprint import boot_id
 from ..processes.safekill import KillReport, printable, safe_kill
 from ..processes.snapshot import ZOMBIE, ProcessTable, read_start_ticks, snapshot
@@ -257,6 +257,7 @@ class RunStatus(StrictModel):
     oom: dict[str, Any] | None = Field(None, description="OOM evidence the supervisor gathered at the end")
     notifications: list[Notification] = Field(default_factory=list)
     next_step: str
+    entry: EntryRef | None = Field(None, description="The catalog entry explaining this state")
 
 
 def _diagnosis(run: RunDir) -> list[DiagnosisRow]:
@@ -273,15 +274,18 @@ NEXT_STEP = {
     "starting": "Check again in a few seconds.",
     "running": "Check again later; run_logs shows the output.",
     "stalled": "Look at the end of the log (run_logs) and py-spy dump the ranks: a hang in a collective or the "
-               "data loader is typical (MON-08). Stop it with run_stop if it does not recover.",
+               "data loader is typical (MON-14). Stop it with run_stop if it does not recover.",
     "succeeded": "Collect the results; nothing holds the GPUs any more.",
     "failed": "Read the diagnosis and the log tail (run_logs), fix, start again.",
-    "killed": "Ended by a signal: if nobody stopped it on purpose, check the kernel log and the provider "
-              "(MON-10).",
-    "oom_killed": "Host memory ran out (MON-07): fewer DataLoader workers, smaller batch, or more RAM.",
-    "lost": "The box rebooted or the supervisor died (MON-09): check whether the training process still runs "
+    "killed": "Ended by a signal: if nobody stopped it on purpose, check who could have, and the kernel log "
+              "(MON-16).",
+    "oom_killed": "Host memory ran out (MON-13): fewer DataLoader workers, smaller batch, or more RAM.",
+    "lost": "The box rebooted or the supervisor died (MON-15): check whether the training process still runs "
             "(processes), and resume from the last checkpoint.",
 }
+
+
+ENTRY_OF_STATE = {"oom_killed": "MON-13", "stalled": "MON-14", "lost": "MON-15", "killed": "MON-16"}
 
 
 def run_status(args: RunStatusInput, progress: Progress) -> RunStatus:
@@ -308,7 +312,9 @@ def run_status(args: RunStatusInput, progress: Progress) -> RunStatus:
         log_idle_s=round(idle, 1) if idle is not None else None, stall_after_s=meta.get("stall_after_s"),
         progress=progress_of(run.log), processes=describe_processes(pids), gpu=gpu_rows, gpu_note=gpu_note,
         diagnosis=_diagnosis(run) if status.state in ("failed", "oom_killed", "lost") else [],
-        oom=ended.get("oom"), notifications=notes, next_step=NEXT_STEP.get(status.state, ""))
+        oom=ended.get("oom"), notifications=notes, next_step=NEXT_STEP.get(status.state, ""),
+        entry=EntryRef(file="references/monitoring_patterns.md", id=ENTRY_OF_STATE[status.state])
+        if status.state in ENTRY_OF_STATE else None)
 
 
 def _ago(timestamp: float | None) -> str:
