@@ -24,6 +24,7 @@ from .nvml_session import nvml_status
 from .paths import skill_markdown_files, skill_root
 from .tables import format_table
 from .toolspec import Progress, ToolSpec
+from .torch_hint import INSTALL_HINT
 
 
 class SkillInfoInput(StrictModel):
@@ -73,7 +74,8 @@ def _served_resource_count() -> int:
 def _torch_backends(probe: bool, timeout_s: float) -> list[Backend]:
     version = _installed_torch_version()
     if version is None:
-        missing = "torch is not installed: repro_scaler_bug and measured memory mode are unavailable"
+        missing = ("torch is not installed: repro_scaler_bug, amp_config_check confirm and measured memory mode "
+                   f"are unavailable; {INSTALL_HINT}")
         return [Backend(name="torch", available=False, detail=missing),
                 Backend(name="cuda", available=False, detail="needs torch")]
     build = version.split("+", 1)[1] if "+" in version else "default"
