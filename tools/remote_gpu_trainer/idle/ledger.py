@@ -22,13 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-RUNS_ENV = "RGT_RUNS_DIR"
 RunState = Literal["running", "stalled", "ended"]
 
 
 def runs_dir() -> Path:
-    override = os.environ.get(RUNS_ENV)
-    return Path(override) if override else Path.home() / ".cache" / "remote-gpu-trainer" / "runs"
+    """The run module's own root (``$RGT_RUNS_DIR``, else ``runs/`` in the cache dir), so both read one ledger."""
+    from ..runs.ledger import runs_root
+
+    return runs_root()
 
 
 @dataclass(frozen=True)
