@@ -29,6 +29,9 @@ from pydantic import Field
 from ..models import StrictModel
 
 TAIL_BYTES = 64 * 1024
+LOOKBACK_LINES = 200
+"""After the newest progress line, how many older lines may still fill missing fields (a loss printed
+every 50 steps, an HF log dict between bars); bounds the parse on a log full of progress lines."""
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _NUMBER_FIELDS = ("step", "total", "loss", "epoch", "learning_rate", "throughput")
 _FIELDS = (*_NUMBER_FIELDS, "throughput_unit", "eta_s")
@@ -59,6 +62,14 @@ class Pattern:
     needs: str
     regex: re.Pattern[str]
     constants: dict[str, str]
+
+    @property
+    def fields(self) -> frozenset[str]:
+        """Fields this pattern can fill (``rate`` fills throughput, ``remaining`` fills eta_s)."""
+        names = set(self.regex.groupindex) | set(self.constants)
+        names |= {"throughput", "throughput_unit"} if "rate" in names else set()
+        names |= {"eta_s"} if "remaining" in names else set()
+        return frozenset(names & set(_FIELDS))
 
 
 @cache
@@ -132,9 +143,14 @@ def parse_progress(text: str) -> Progress:
     found: dict[str, object] = {}
     formats: list[str] = []
     last_line: str | None = None
+    budget: int | None = None  # once something was found, look only this many lines further back
     for line in reversed(logical_lines(text)):
+        if budget is not None:
+            budget -= 1
+            if budget < 0:
+                break
         for pattern in patterns():
-            if pattern.needs not in line:
+            if pattern.needs not in line or pattern.fields <= found.keys():
                 continue
             match = pattern.regex.search(line)
             if not match:
@@ -151,6 +167,7 @@ def parse_progress(text: str) -> Progress:
                 last_line = last_line or line.strip()[:300]
                 if pattern.format not in formats:
                     formats.append(pattern.format)
+                budget = LOOKBACK_LINES if budget is None else budget
         if all(name in found for name in _FIELDS):
             break
     step = int(found["step"]) if "step" in found else None  # type: ignore[call-overload]

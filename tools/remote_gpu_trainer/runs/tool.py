@@ -178,8 +178,7 @@ def run_pids(run: RunDir, meta: dict[str, Any] | None = None) -> list[int]:
             same_group = os.getpgid(other) == pgid
         except OSError:
             continue
-        started = read_start_ticks(other)
-        if same_group and ticks is not None and started is not None and started >= ticks:
+        if same_group and ticks is not None and (started := read_start_ticks(other)) is not None and started >= ticks:
             found.add(other)
     for member in list(found):
         found.update(table.descendants(member))
