@@ -930,7 +930,10 @@ def _check_tool_call(span: str, tools: Mapping[str, Any]) -> tuple[str, str] | N
     try:
         model.model_validate({k: v for k, v in arguments.items() if v is not Ellipsis})
     except ValidationError as err:
-        bad = [e for e in err.errors(include_url=False) if e["type"] != "missing"]
+        # A missing field, or a whole-model check (loc ()), cannot be judged while an argument is a placeholder.
+        placeholders = any(v is Ellipsis for v in arguments.values())
+        bad = [e for e in err.errors(include_url=False)
+               if e["type"] != "missing" and not (placeholders and not e["loc"])]
         if bad:
             return "tool-args", f"`{span}`: " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in bad)
     return None

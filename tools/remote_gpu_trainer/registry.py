@@ -27,10 +27,34 @@ TOOL_MODULES = (
 )
 
 
+_HOMES: dict[str, str] = {}
+"""Tool name → the module that defines it, filled by :func:`all_specs`."""
+
+
+def home_of(tool: str) -> str | None:
+    """The module defining ``tool`` (after :func:`all_specs` ran in this process), for :func:`find_spec`."""
+    return _HOMES.get(tool)
+
+
+def find_spec(tool: str, module: str | None = None) -> ToolSpec | None:
+    """The spec named ``tool``, importing only ``module`` when it is one of ours.
+
+    The box's runtime answers a session's first call this way: importing every tool module (pydantic
+    schemas for all of them) would cost most of a second on a cold session.
+    """
+    if module in TOOL_MODULES:
+        found = next((s for s in import_module(module).SPECS if s.name == tool), None)
+        if found is not None:
+            return found
+    return next((s for s in all_specs() if s.name == tool), None)
+
+
 def all_specs() -> list[ToolSpec]:
     specs: list[ToolSpec] = []
     for name in TOOL_MODULES:
-        specs.extend(import_module(name).SPECS)
+        module_specs = import_module(name).SPECS
+        _HOMES.update((spec.name, name) for spec in module_specs)
+        specs.extend(module_specs)
     names = [s.name for s in specs]
     clis = [s.cli for s in specs]
     if len(set(names)) != len(names) or len(set(clis)) != len(clis):

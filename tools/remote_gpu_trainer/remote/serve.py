@@ -4,7 +4,8 @@ The local side keeps this process open over one ssh channel, so a warm call cost
 Python start-up. Protocol (stdin → stdout)::
 
     ← {"hello": {"version": "0.1.0+…", "python": "3.11.7", "pid": 123}}
-    → {"id": 1, "tool": "gpu_health", "arguments": {...}, "box": "root@10.0.0.5:22", "timeout_s": 120}
+    → {"id": 1, "tool": "gpu_health", "module": "remote_gpu_trainer.health.tool", "arguments": {...},
+       "box": "root@10.0.0.5:22", "timeout_s": 120}
     ← {"id": 1, "progress": [1, 3, "reading GPUs"]}          (zero or more)
     ← {"id": 1, "result": {...}}   or   {"id": 1, "error": {"kind": "...", "message": "..."}}
 
@@ -57,21 +58,11 @@ def _end_everything(code: int) -> None:
     os._exit(code)
 
 
-def _find_spec(name: str):
-    from ..registry import all_specs
-
-    global _specs
-    if _specs is None:
-        _specs = {spec.name: spec for spec in all_specs()}
-    return _specs.get(name)
-
-
-_specs: dict[str, Any] | None = None
-
-
 def _handle(request: dict[str, Any]) -> None:
+    from ..registry import find_spec
+
     rid = request.get("id")
-    spec = _find_spec(str(request.get("tool")))
+    spec = find_spec(str(request.get("tool")), request.get("module"))
     if spec is None or not spec.remote:
         _send({"id": rid, "error": {"kind": "unknown_tool", "message": f"no remote tool {request.get('tool')!r} "
                                     "in this runtime"}})

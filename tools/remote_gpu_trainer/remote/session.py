@@ -119,7 +119,10 @@ class Session:
                 progress: Progress) -> dict[str, Any]:
         self._next_id += 1
         rid = self._next_id
-        line = json.dumps({"id": rid, "tool": tool, "arguments": arguments, "box": box, "timeout_s": timeout_s})
+        from ..registry import home_of
+
+        line = json.dumps({"id": rid, "tool": tool, "module": home_of(tool), "arguments": arguments, "box": box,
+                           "timeout_s": timeout_s})
         deadline = time.monotonic() + timeout_s + 5  # the box ends itself at timeout_s; this is the backstop
         try:
             assert self.proc.stdin is not None
