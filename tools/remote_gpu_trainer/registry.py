@@ -24,6 +24,7 @@ TOOL_MODULES = (
     "remote_gpu_trainer.remote.box",
     "remote_gpu_trainer.fleet.facts",
     "remote_gpu_trainer.fleet.tool",
+    "remote_gpu_trainer.fleet.allreduce",
 )
 
 

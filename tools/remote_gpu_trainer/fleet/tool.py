@@ -190,7 +190,7 @@ def default_head_addr(head: str, slurm: bool) -> tuple[str, str | None]:
 
 
 def run_fleet(args: PreflightInput, progress: Progress, caller: FactsCaller | None = None,
-              fleet: list[FleetHost] | None = None) -> PreflightResult:
+              fleet: list[FleetHost] | None = None, node_caller: Callable | None = None) -> PreflightResult:
     started = time.monotonic()
     fleet = fleet or fleet_from(args.hosts, args.hostfile, args.slurm)
     names = [h.host for h in fleet]
@@ -253,7 +253,8 @@ def run_fleet(args: PreflightInput, progress: Progress, caller: FactsCaller | No
 
         reachable = [r.host for r in rows if r.reachable]
         progress(len(names), len(names) + 1, f"all-reduce across {len(reachable)} host(s)")
-        result.allreduce = run_fleet_allreduce(reachable, head, head_addr, args.port, answered, args.timeout_s)
+        result.allreduce = run_fleet_allreduce(reachable, head, head_addr, args.port, answered, args.timeout_s,
+                                               caller=node_caller)
         verdict = fleet_verdict(rows, [*across, result.allreduce.as_fleet_check()])
         result.verdict = verdict
     result.summary = _summary(result)
