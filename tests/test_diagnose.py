@@ -261,7 +261,7 @@ async def test_mcp_tool_rejects_bad_input(client, fixture_root):
 async def test_mcp_tool_is_read_only(client):
     tool = next(t for t in (await client.list_tools()).tools if t.name == "diagnose_error")
     assert tool.annotations.read_only_hint is True and tool.annotations.destructive_hint is False
-    assert set(tool.input_schema["properties"]) == {"text", "max_results"}
+    assert set(tool.input_schema["properties"]) == {"text", "log_path", "tail_bytes", "max_results", "host"}
 
 
 def test_cli_reads_a_file(fixture_root, capsys):
