@@ -163,3 +163,11 @@ def test_a_busy_head_port_fails_on_the_head_and_leaves_workers_unjudged():
     assert rows["head"]["head_port"].verdict is Verdict.FAIL
     assert rows["head"]["head_port"].entry.id == "DIST-02"
     assert rows["w1"]["head_reachable"].verdict in (Verdict.PASS, Verdict.UNKNOWN)  # something listens: our holder
+
+
+def test_a_host_that_is_not_an_ssh_name_is_refused_before_anything_runs():
+    from remote_gpu_trainer.fleet.tool import SPECS
+
+    with pytest.raises(InputError) as err:
+        SPECS[0].call({"hosts": ["good", "-oProxyCommand=touch /tmp/x"]})
+    assert err.value.field == "hosts" and "starts with '-'" in str(err.value)

@@ -317,6 +317,11 @@ def preflight(args: PreflightInput, progress: Progress) -> PreflightResult:
     if args.job_id:
         return _from_job(jobs.poll(args.job_id))
     fleet = fleet_from(args.hosts, args.hostfile, args.slurm)  # bad input fails now, not inside the job
+    if not args.slurm:
+        from ..remote.hosts import parse_host
+
+        for member in fleet:  # a host string never reaches ssh as an option (SSH injection guard)
+            parse_host(member.host, "hostfile" if args.hostfile else "hosts")
     job_id = jobs.start(lambda job_progress: run_fleet(args, job_progress, fleet=fleet), name="preflight")
     return _from_job(jobs.JOBS.wait(job_id, timeout_s=args.wait_s))
 
