@@ -93,15 +93,16 @@ class Box:
 class _AsyncsshServer:
     """asyncssh in a background thread with its own event loop; each command runs in a real subprocess."""
 
-    def __init__(self, port: int, host_key: Path, authorized: Path, env: dict[str, str]):
+    def __init__(self, port: int, host_key: Path, authorized: Path, env: dict[str, str],
+                 interactive_only: bool = False):
         import asyncssh
 
         self.loop = asyncio.new_event_loop()
         self.children: set[int] = set()
 
         async def handle(process) -> None:
-            if not process.command:
-                process.stdout.write("this endpoint only offers an interactive shell\r\n")
+            if not process.command or interactive_only:  # like a provider proxy that only opens a shell
+                process.stdout.write(b"this endpoint only offers an interactive shell\r\n")
                 process.exit(1)
                 return
             child = await asyncio.create_subprocess_exec(
@@ -168,8 +169,11 @@ class Fleet:
         return home
 
     def add(self, alias: str, scenario: str | None = None, server: str | None = None,
-            env: dict[str, str] | None = None, known: bool = True) -> Box:
-        """Start a box. ``known=False`` leaves its host key out of known_hosts (accept-new applies)."""
+            env: dict[str, str] | None = None, known: bool = True, interactive_only: bool = False) -> Box:
+        """Start a box. ``known=False`` leaves its host key out of known_hosts (accept-new applies);
+        ``interactive_only`` (asyncssh) answers every command with a banner, like a shell-only proxy."""
+        if interactive_only:
+            server = "asyncssh"
         server = server or ("sshd" if SSHD else "asyncssh")
         home = self._home(alias)
         box_env = {"HOME": str(home), "PATH": f"{home}/.local/bin:/usr/local/bin:/usr/bin:/bin",
@@ -178,7 +182,7 @@ class Fleet:
         if server == "sshd":
             stop = self._start_sshd(alias, port, box_env)
         else:
-            stop = _AsyncsshServer(port, self.host_key, self.authorized, box_env)
+            stop = _AsyncsshServer(port, self.host_key, self.authorized, box_env, interactive_only)
         _wait_listening(port)
         box = Box(alias, port, home, box_env, server, stop)
         self.boxes[alias] = box

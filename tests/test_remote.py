@@ -221,6 +221,12 @@ def test_missing_runtime_and_version_mismatch_say_the_fix(ssh_fleet):
     assert mismatch.kind == "version_mismatch" and "0.0.1+0123456789ab" in mismatch.message
 
 
+def test_an_endpoint_that_only_opens_a_shell_is_named(ssh_fleet):
+    ssh_fleet.add("box-shell-only", interactive_only=True)
+    error = _kind("box-shell-only")
+    assert error.kind == "no_command_channel" and "interactive shell" in error.message
+
+
 def test_box_status_install_and_remove(ssh_fleet):
     ssh_fleet.add("box-life", scenario="healthy-8xh100")
     before = call("box_status", host="box-life")
