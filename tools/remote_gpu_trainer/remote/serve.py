@@ -50,10 +50,12 @@ def _end_everything(code: int) -> None:
             os.killpg(os.getpid(), signal.SIGTERM)
         except OSError:
             pass
+    session = os.getsid(0)
     for child in psutil.Process().children(recursive=True):
         try:
-            child.kill()
-        except psutil.Error:
+            if os.getsid(child.pid) == session:  # a run or guard started its own session: it must live on
+                child.kill()
+        except (psutil.Error, OSError):
             pass
     os._exit(code)
 
