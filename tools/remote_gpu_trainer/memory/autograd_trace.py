@@ -349,6 +349,8 @@ def _moe(tr: Trace, arch: Architecture, n: Sym, tokens: int, routing: Routing, s
     ys = _gated_mlp(tr, xs, expert, rows)
     ws = tr.new(rows, weights.dtype, weights.rg)
     out = tr.mul(ys, ws)
+    if out.rg:  # index_add's backward formula expands to the source's shape: autograd keeps the source
+        tr.save(out)
     combined = tr.new(tokens * arch.hidden_size, out.dtype, out.rg)
     if shared:
         gated = [lin for lin in shared if lin.name.endswith("shared_expert_gate")]

@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import replace
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from ..errors import InputError
 from ..models import EntryRef, StrictModel, Verdict
@@ -32,6 +32,17 @@ MAX_MEASURED_WORLD = 1024
 MAX_MEASURED_BLOCKS = 256
 
 
+def _count_as_text(value: object) -> object:
+    """A JSON number (7000000000, 7e9) becomes text, so one parser (``parse_count``) reads every spelling."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return repr(int(value)) if float(value).is_integer() else repr(value)
+    return value
+
+
+#: num_params as the caller wrote it: 7000000000, 7e9, "7B", "70b", "1.5M" (parsed in ``parse_count``).
+CountText = Annotated[str | None, BeforeValidator(_count_as_text)]
+
+
 class MemoryInput(StrictModel):
     model: str | None = Field(None, description="A preset by key or Hugging Face id in any usual spelling "
                               "(meta-llama/Llama-3.1-8B, Qwen2.5-7B, llama3-70b; families: Llama 2/3.x, Qwen2.5/3 "
@@ -40,7 +51,7 @@ class MemoryInput(StrictModel):
                               "a path to a Hugging Face config.json or the model folder, or an org/name id in the "
                               "local Hugging Face cache. Gives exact parameter counts, layer sizes and activations. "
                               "Give exactly one of model, num_params, weights_gb.", examples=["llama-3.1-8b"])
-    num_params: int | float | str | None = Field(None, description="Total parameters, when there is no config "
+    num_params: CountText = Field(None, description="Total parameters, when there is no config "
                                                  "(states only: activations need model): an integer, 7e9, 7B, "
                                                  "70b, 1.5M, 350k or 1.2T.", examples=["7B"])
     weights_gb: float | None = Field(None, gt=0, le=1e6, description="Size of the model's weights as the user states "
@@ -456,7 +467,11 @@ def torch_missing() -> str | None:
     """Why measured mode cannot run here, or None. Checked without importing torch (fast start)."""
     import importlib.util
 
-    if importlib.util.find_spec("torch") is None:
+    try:
+        found = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        found = None
+    if found is None:
         return f"torch is not installed in this Python ({sys.executable}); to measure, {TORCH_HINT}."
     return None
 

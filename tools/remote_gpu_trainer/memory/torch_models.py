@@ -371,29 +371,117 @@ def _repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     return x[:, :, None].expand(b, kv, n_rep, s, d).reshape(b, kv * n_rep, s, d)
 
 
-class LlamaBlock(nn.Module):
-    def __init__(self, arch: Architecture, build: Builder, attn_impl: str, dropout: bool):
+_ACTS = {"silu": F.silu, "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"), "gelu": F.gelu}
+
+
+class Expert(nn.Module):
+    """One gated MLP expert: ``down(act(gate(x)) * up(x))`` under the family's names."""
+
+    def __init__(self, arch: Architecture, build: Builder):
         super().__init__()
-        _add_linears(self, arch.block_linears(), build)
-        self.input_layernorm = RMSNorm(arch.hidden_size, build.dtype)
-        self.post_attention_layernorm = RMSNorm(arch.hidden_size, build.dtype)
-        self.arch, self.impl = arch, attn_impl
+        self.names = [lin.name for lin in arch.expert_linears()]
+        for lin in arch.expert_linears():
+            setattr(self, lin.name, build.linear(lin))
+        self.act = _ACTS[arch.activation]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up, down = (getattr(self, n) for n in self.names)
+        return down(self.act(gate(x)) * up(x))
+
+
+class MoE(nn.Module):
+    """Router, top-k, dispatch, experts, weighted combine (the op sequence ``autograd_trace._moe`` replays).
+
+    Hugging Face loops over experts with ``torch.where`` — data-dependent shapes that fake tensors cannot
+    run. Here tokens are sorted by expert and cut into equal chunks: exact for balanced routing, the
+    average case the analytic model assumes, with the same tensors saved for backward.
+    """
+
+    def __init__(self, arch: Architecture, build: Builder):
+        super().__init__()
+        self.gate = nn.Linear(arch.hidden_size, arch.num_experts, bias=False, dtype=build.dtype)
+        self.experts = nn.ModuleList(Expert(arch, build) for _ in range(arch.num_experts))
+        self.k, self.e = arch.experts_per_token, arch.num_experts
+
+    def forward(self, n: torch.Tensor) -> torch.Tensor:
+        b, s, h = n.shape
+        flat = n.reshape(-1, h)
+        probs = F.softmax(self.gate(flat), dim=-1, dtype=torch.float32)
+        weights, chosen = probs.topk(self.k, dim=-1)
+        weights = (weights / weights.sum(-1, keepdim=True)).to(n.dtype)
+        order = chosen.reshape(-1).argsort(stable=True)
+        token_of = order // self.k
+        chunks = flat.index_select(0, token_of).view(self.e, -1, h)
+        ys = torch.cat([expert(chunks[i]) for i, expert in enumerate(self.experts)])
+        ys = ys * weights.reshape(-1)[order].unsqueeze(-1)
+        return torch.zeros_like(flat).index_add(0, token_of, ys).view(b, s, h)
+
+
+class LlamaBlock(nn.Module):
+    """Llama-style decoder block, with the variants of the other decoders: Qwen2 q/k/v biases, Qwen3 and
+    Gemma 3 q/k norms, Gemma sandwich norms and GeGLU, Phi-3 fused projections, MoE (Mixtral, Qwen-MoE)."""
+
+    def __init__(self, arch: Architecture, build: Builder, attn_impl: str, dropout: bool, kind: str = "block"):
+        super().__init__()
+        if kind == "moe":
+            _set(self, arch.moe_prefix, MoE(arch, build))
+        _add_linears(self, arch.block_linears(kind), build)
+        h, dt = arch.hidden_size, build.dtype
+        self.input_layernorm = RMSNorm(h, dt)
+        self.post_attention_layernorm = RMSNorm(h, dt)
+        if arch.sandwich_norms:
+            self.pre_feedforward_layernorm = RMSNorm(h, dt)
+            self.post_feedforward_layernorm = RMSNorm(h, dt)
+        if arch.qk_norm:
+            self.self_attn.q_norm = RMSNorm(arch.head_dim, dt)
+            self.self_attn.k_norm = RMSNorm(arch.head_dim, dt)
+        self.arch, self.impl, self.kind = arch, attn_impl, kind
+        self.act = _ACTS[arch.activation]
         self.p_attn = arch.attention_dropout if dropout else 0.0
+
+    def _qkv(self, n: torch.Tensor):
+        a, at = self.arch, self.self_attn
+        b, s, _ = n.shape
+        if a.fused_projections:
+            q, k, v = at.qkv_proj(n).split([a.inner_size, a.kv_size, a.kv_size], dim=-1)
+        else:
+            q, k, v = at.q_proj(n), at.k_proj(n), at.v_proj(n)
+        q, k = q.view(b, s, a.num_heads, a.head_dim), k.view(b, s, a.num_kv_heads, a.head_dim)
+        if a.qk_norm:
+            q, k = at.q_norm(q), at.k_norm(k)
+        return q.transpose(1, 2), k.transpose(1, 2), _heads(v, a.num_kv_heads, a.head_dim)
+
+    def _mlp(self, n: torch.Tensor) -> torch.Tensor:
+        a = self.arch
+        if self.kind == "moe":
+            moe = _get(self, a.moe_prefix)
+            out = moe(n)
+            if a.shared_expert_size:
+                sh = moe.shared_experts if a.moe_style == "deepseek" else moe.shared_expert
+                shared = sh.down_proj(self.act(sh.gate_proj(n)) * sh.up_proj(n))
+                if a.shared_expert_gate:
+                    shared = shared * torch.sigmoid(moe.shared_expert_gate(n))
+                out = out + shared
+            return out
+        if a.fused_projections:
+            gate, up = self.mlp.gate_up_proj(n).chunk(2, dim=-1)
+            return self.mlp.down_proj(self.act(gate) * up)
+        return self.mlp.down_proj(self.act(self.mlp.gate_proj(n)) * self.mlp.up_proj(n))
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         a, at = self.arch, self.self_attn
-        n = self.input_layernorm(x)
-        q = _heads(at.q_proj(n), a.num_heads, a.head_dim)
-        k = _heads(at.k_proj(n), a.num_kv_heads, a.head_dim)
-        v = _heads(at.v_proj(n), a.num_kv_heads, a.head_dim)
+        q, k, v = self._qkv(self.input_layernorm(x))
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
         rep = a.num_heads // a.num_kv_heads
         o = attention(q, _repeat_kv(k, rep), _repeat_kv(v, rep), impl=self.impl, causal=True,
                       dropout=self.p_attn, training=self.training)
-        x = x + at.o_proj(_merge(o))
-        n = self.post_attention_layernorm(x)
-        return x + self.mlp.down_proj(F.silu(self.mlp.gate_proj(n)) * self.mlp.up_proj(n))
+        attn = at.o_proj(_merge(o))
+        if a.sandwich_norms:  # Gemma: post_attention_layernorm on the attention output
+            x = x + self.post_attention_layernorm(attn)
+            return x + self.post_feedforward_layernorm(self._mlp(self.pre_feedforward_layernorm(x)))
+        x = x + attn
+        return x + self._mlp(self.post_attention_layernorm(x))
 
 
 class LlamaLM(nn.Module):
@@ -401,7 +489,7 @@ class LlamaLM(nn.Module):
         super().__init__()
         m = nn.Module()
         m.embed_tokens = nn.Embedding(arch.vocab_size, arch.hidden_size, dtype=build.dtype)
-        m.layers = nn.ModuleList(LlamaBlock(arch, build, attn_impl, dropout) for _ in range(arch.num_layers))
+        m.layers = nn.ModuleList(LlamaBlock(arch, build, attn_impl, dropout, kind) for _, kind in arch.blocks())
         m.norm = RMSNorm(arch.hidden_size, build.dtype)
         self.model = m
         if not arch.tie_word_embeddings:
@@ -422,7 +510,10 @@ class LlamaLM(nn.Module):
         for block in self.model.layers:
             x = block(x, cos, sin)
         head = self.model.embed_tokens.weight if self.arch.tie_word_embeddings else self.lm_head.weight
-        return causal_lm_loss(F.linear(self.model.norm(x), head), batch["labels"])
+        logits = F.linear(self.model.norm(x), head)
+        if self.arch.final_logit_softcap:  # Gemma 2: tanh(logits / 30) * 30
+            logits = torch.tanh(logits / 30.0) * 30.0
+        return causal_lm_loss(logits, batch["labels"])
 
 
 FAMILIES = {"gpt2": GPT2LM, "bert": BertClassifier, "t5": T5Seq2Seq, "llama": LlamaLM}
