@@ -39,6 +39,12 @@ TINY_T5 = dataclasses.replace(load_architecture("t5-3b"), hidden_size=256, num_l
 TINY_BERT = dataclasses.replace(load_architecture("bert-base-uncased"), hidden_size=256, num_layers=4, num_heads=8,
                                 num_kv_heads=8, head_dim=32, intermediate_size=1024, vocab_size=8000,
                                 expected_params=None)
+TINY_MIXTRAL = dataclasses.replace(load_architecture("mixtral-8x7b"), hidden_size=256, num_layers=4, num_heads=8,
+                                   num_kv_heads=2, head_dim=32, intermediate_size=512, moe_intermediate_size=512,
+                                   vocab_size=4000, expected_params=None)
+TINY_QWEN3_MOE = dataclasses.replace(load_architecture("qwen3-30b-a3b"), hidden_size=256, num_layers=4, num_heads=8,
+                                     num_kv_heads=2, head_dim=32, moe_intermediate_size=128, num_experts=16,
+                                     vocab_size=4000, expected_params=None)
 ATTN = ["c_attn", "attn.c_proj"]
 QKVO = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
@@ -69,6 +75,11 @@ QUICK: list[tuple[str, Architecture, dict]] = [
     ("tiny llama LoRA qkvo + ckpt", TINY_LLAMA, {"precision": "bf16_pure", "micro_batch_size": 4, "seq_len": 256,
                                                  "lora_rank": 16, "lora_targets": QKVO,
                                                  "activation_checkpointing": True}),
+    ("tiny Mixtral-like MoE (8 experts, top-2) fp32 B4 S256", TINY_MIXTRAL, {"micro_batch_size": 4, "seq_len": 256}),
+    ("tiny Mixtral-like MoE FSDP bf16 W=4", TINY_MIXTRAL, {"strategy": "full_shard", "precision": "bf16_mixed",
+                                                           "world_size": 4, "micro_batch_size": 4, "seq_len": 256}),
+    ("tiny Qwen3-MoE (16 experts, top-8) bf16_pure B4 S256", TINY_QWEN3_MOE, {"precision": "bf16_pure",
+                                                                              "micro_batch_size": 4, "seq_len": 256}),
     ("tiny T5 fp32 B4 S128", TINY_T5, {"micro_batch_size": 4, "seq_len": 128}),
     ("tiny BERT fp32 B4 S128", TINY_BERT, {"micro_batch_size": 4, "seq_len": 128}),
 ]
