@@ -171,9 +171,12 @@ def test_diagnose_reads_the_tail_of_a_log_on_the_box(ssh_fleet):
     assert result.lines_scanned < 400  # only the tail was read
 
 
-def test_repro_runs_on_the_box_torch(ssh_fleet):
-    report = call("repro_scaler_bug", host="box-a", case="fp16_unscale", device="cpu")
+def test_repro_runs_on_the_box_torch_and_streams_progress(ssh_fleet):
+    seen: list[tuple] = []
+    report = SPECS["repro_scaler_bug"].call({"host": "box-a", "case": "fp16_unscale", "device": "cpu"},
+                                            lambda done, total=None, message="": seen.append((done, total, message)))
     assert report.host == "box-a" and report.torch_version and report.reproduced >= 1
+    assert seen and all(isinstance(m, str) for _, _, m in seen)  # the box's progress lines, as they came
 
 
 # --- failures, each clear ---------------------------------------------------------------------------

@@ -81,7 +81,8 @@ def _literal(stats: str) -> int | None:
 
 def _rsync(argv: list[str]) -> tuple[int | None, str]:
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=RSYNC_TIMEOUT_S, check=False)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=RSYNC_TIMEOUT_S, check=False,
+                              stdin=subprocess.DEVNULL)
     except FileNotFoundError:
         return None, "rsync is not installed on this machine"
     except subprocess.TimeoutExpired:

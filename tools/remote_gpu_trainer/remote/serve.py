@@ -30,7 +30,8 @@ import psutil
 
 from ..errors import InputError
 
-#: What tools print would corrupt the protocol, so they get stderr as stdout; replies use a private fd.
+#: What tools print would corrupt the protocol, so they get stderr as stdout; replies use a private fd
+#: (and requests are read from a private copy of stdin).
 _out: Any = None
 _out_lock = threading.Lock()
 
@@ -104,11 +105,14 @@ def main() -> None:
     except OSError:
         pass
     _out = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
+    requests = os.fdopen(os.dup(sys.stdin.fileno()), "r", encoding="utf-8")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    # A tool's child process must never read the protocol: fd 0 becomes /dev/null for everything we start.
+    os.dup2(os.open(os.devnull, os.O_RDONLY), sys.stdin.fileno())
     from .runtime import runtime_version
 
     _send({"hello": {"version": runtime_version(), "python": platform.python_version(), "pid": os.getpid()}})
-    for line in sys.stdin:
+    for line in requests:
         if not line.strip():
             continue
         try:
