@@ -46,10 +46,14 @@ class Backend(StrictModel):
 class SkillInfo(StrictModel):
     name: str = "remote-gpu-trainer"
     version: str
+    runtime: str = Field(description="The build: version plus a hash of the code (what `rgt box install` puts on a "
+                         "box; a box with another build is reported as a version mismatch)")
     python: str
     platform: str
     in_container: bool
     skill_root: str
+    driver: str | None = Field(None, description="NVIDIA driver version, when NVML loads")
+    cuda_driver: str | None = Field(None, description="Highest CUDA version the driver supports")
     backends: list[Backend]
     tools: list[str]
     resources: int = Field(description="Markdown files served as skill:// resources")
@@ -101,10 +105,14 @@ def _torch_backends(probe: bool, timeout_s: float) -> list[Backend]:
 
 def skill_info(args: SkillInfoInput, progress: Progress) -> SkillInfo:
     from .registry import all_specs  # the registry imports this module
+    from .remote.runtime import runtime_version
 
     nvml = nvml_status()
     return SkillInfo(
         version=__version__,
+        runtime=runtime_version(),
+        driver=nvml.driver_version,
+        cuda_driver=nvml.cuda_driver_version,
         python=platform.python_version(),
         platform=f"{platform.system()} {platform.release()} {platform.machine()}",
         in_container=in_container(),
@@ -117,7 +125,8 @@ def skill_info(args: SkillInfoInput, progress: Progress) -> SkillInfo:
 
 
 def render(info: SkillInfo) -> str:
-    head = (f"{info.name} {info.version} · Python {info.python} · {info.platform}"
+    driver = f" · driver {info.driver} (CUDA {info.cuda_driver})" if info.driver else ""
+    head = (f"{info.name} {info.runtime} · Python {info.python} · {info.platform}{driver}"
             f"{' · container' if info.in_container else ''}\nskill root: {info.skill_root}")
     rows = [[b.name, {True: "yes", False: "no", None: "?"}[b.available], b.version, b.detail] for b in info.backends]
     table = format_table(["backend", "available", "version", "detail"], rows)
