@@ -135,7 +135,7 @@ def test_advice_says_whether_rungs_stack_in_both_forms():
     assert alone.advice_mode == "alternatives" and alone.fits is None
     assert "do not add up" in alone.advice_note and "gpu_memory_gib" in alone.advice_note
     text = SPEC.render_text(alone)
-    assert "alternatives" in text and "No fits/does-not-fit line: pass gpu_memory_gib" in text
+    assert "alternatives" in text and "No fits/does-not-fit line: no GPU size was given" in text
     plan = call(model="llama-3.1-8b", gpu_memory_gib=40)
     assert plan.advice_mode == "cumulative" and "cumulative plan" in SPEC.render_text(plan)
     fits = call(model="gpt2", gpu_memory_gib=79.3)

@@ -175,12 +175,13 @@ def ladder(s: Setup, b: Breakdown) -> list[Rung]:
 
 def advice_mode(s: Setup, rungs: list[Rung]) -> tuple[str, str]:
     """Whether the rungs stack or are alternatives, in words for both output forms."""
+    no_gpu = ("No fits/does-not-fit line: no GPU size was given — pass gpu_memory_gib (e.g. 79.3 for an 80 GB "
+              "H100) and the advice becomes a cumulative plan.")
     if not rungs:
-        return "none", "advice: none needed (it fits)." if s.gpu_memory_bytes else "advice: nothing applies."
+        return "none", "advice: none needed (it fits)." if s.gpu_memory_bytes else f"advice: nothing applies. {no_gpu}"
     if s.gpu_memory_bytes is None:
         return "alternatives", ("advice — alternatives, cheapest first: each line is one change on its own from this "
-                                "setup (the savings do not add up). No fits/does-not-fit line: pass gpu_memory_gib "
-                                "(e.g. 79.3 for an 80 GB H100) and the advice becomes a cumulative plan.")
+                                f"setup (the savings do not add up). {no_gpu}")
     return "cumulative", ("advice — a cumulative plan, cheapest first: apply the rungs in order; each total "
                           "already includes the rungs above it.")
 
