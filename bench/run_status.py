@@ -4,7 +4,10 @@ run_status must read only the log's tail (issue: ≤ 2x `ssh HOST tail -c 64k LO
 connection). Locally the comparison is run_status in-process against a `tail -c 64k` subprocess;
 with ``--host`` both go over ssh (the run is started on that box through the transport).
 
-Usage: python bench/run_status.py [--size-mb 100] [--repeat 20] [--host HOST]
+Usage: python bench/run_status.py [--size-mb 100] [--repeat 20] [--host HOST | --loopback]
+
+``--loopback`` makes a loopback ssh box as the tests do (tests/sshbox.py) and uses it as the host. Over ssh
+the baseline is ``tail -c 64k LOG`` through the same ssh options and ControlMaster connection as the tool.
 """
 
 from __future__ import annotations
@@ -47,7 +50,32 @@ def main() -> int:
     parser.add_argument("--size-mb", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--host", default=None)
+    parser.add_argument("--loopback", action="store_true", help="a loopback ssh box as the host")
     args = parser.parse_args()
+    if args.loopback:
+        return _on_loopback_box(args)
+    return _measure(args)
+
+
+def _on_loopback_box(args) -> int:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path[:0] = [str(root / "tools"), str(root)]
+    from tests.sshbox import Fleet
+
+    fleet = Fleet(Path(tempfile.mkdtemp(prefix="rgt-bench-")))
+    try:
+        fleet.add("bench-box")
+        with fleet.environment():
+            fleet.install_runtime("bench-box")
+            args.host = "bench-box"
+            return _measure(args)
+    finally:
+        fleet.close()
+
+
+def _measure(args) -> int:
     if not args.host:
         os.environ.setdefault("RGT_RUNS_DIR", tempfile.mkdtemp(prefix="rgt-bench-runs-"))
     from remote_gpu_trainer.runs.tool import SPECS
@@ -62,7 +90,15 @@ def main() -> int:
             if (status.log_bytes or 0) >= args.size_mb << 20 and status.progress and status.progress.step == 999:
                 break
             time.sleep(0.2)
-        tail = ["ssh", args.host, "tail", "-c", "64k", log] if args.host else ["tail", "-c", "64k", log]
+        if args.host:
+            import shlex
+
+            from remote_gpu_trainer.remote.hosts import parse_host
+            from remote_gpu_trainer.remote.ssh import ssh_argv
+
+            tail = ssh_argv(parse_host(args.host), f"tail -c 64k {shlex.quote(log)}")
+        else:
+            tail = ["tail", "-c", "64k", log]
         ours = median_ms(lambda: tools["run_status"].call({"run_id": started.run_id, **host}), args.repeat)
         base = median_ms(lambda: subprocess.run(tail, stdout=subprocess.DEVNULL, check=True), args.repeat)
         print(f"log {status.log_bytes / (1 << 20):.0f} MiB, progress read {status.progress.bytes_read} bytes")

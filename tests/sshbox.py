@@ -109,10 +109,32 @@ class _AsyncsshServer:
                 "/bin/sh", "-c", process.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, env=env, cwd=env["HOME"], start_new_session=True)
             self.children.add(child.pid)
+
+            async def feed() -> None:  # client → command; EOF closes the command's stdin, as sshd does
+                try:
+                    while data := await process.stdin.read(65536):
+                        child.stdin.write(data)
+                        await child.stdin.drain()
+                except (OSError, asyncssh.Error):
+                    pass
+                finally:
+                    child.stdin.close()
+
+            async def drain(reader, writer) -> None:  # command → client, until the command closes it
+                while data := await reader.read(65536):
+                    writer.write(data)
+                    await writer.drain()
+
+            feeding = asyncio.ensure_future(feed())
             try:
-                await process.redirect(stdin=child.stdin, stdout=child.stdout, stderr=child.stderr)
+                await asyncio.gather(drain(child.stdout, process.stdout), drain(child.stderr, process.stderr))
                 process.exit(await child.wait())
+            except (OSError, asyncssh.Error):  # the client went away: end the command like sshd would
+                if child.returncode is None:
+                    child.kill()
+                    await child.wait()
             finally:
+                feeding.cancel()
                 self.children.discard(child.pid)
 
         async def start():

@@ -201,7 +201,7 @@ def test_closed_port_wrong_key_and_host_keys(ssh_fleet, tmp_path):
     assert _kind("box-stranger").kind == "auth_refused"
     assert _kind("box-unknown").kind == "host_key_unknown"
     changed = _kind("box-changed")
-    assert changed.kind == "host_key_changed" and "ssh-keygen -R" in changed.next_step
+    assert changed.kind == "host_key_changed" and f"ssh-keygen -R '[127.0.0.1]:{port}'" in changed.next_step
 
 
 def test_a_new_box_key_is_recorded_on_first_use(ssh_fleet, tmp_path):
@@ -274,6 +274,11 @@ async def test_over_mcp_tools_take_host_and_refuse_unknown_arguments(ssh_fleet, 
 
 
 def test_cli_takes_host_and_rgt_host(ssh_fleet):
+    # `rgt box install` first: a no-op when this checkout is the one installed at the session's start, and the
+    # real install path through the CLI when files changed since (the build hash is the version).
+    install = subprocess.run([sys.executable, "-m", "remote_gpu_trainer.cli", "box", "install", "box-b"],
+                             capture_output=True, text=True, timeout=300)
+    assert install.returncode == 0 and "box-b: runtime" in install.stdout, install.stderr
     env = {**os.environ, "RGT_HOST": "box-b"}
     out = subprocess.run([sys.executable, "-m", "remote_gpu_trainer.cli", "health", "--json"], capture_output=True,
                          text=True, env=env, timeout=120)

@@ -26,6 +26,8 @@ from .hosts import Host, parse_host, resolve
 from .runtime import install_script, remove_script, runtime_version, status_script, upload_command
 from .ssh import run
 
+MIN_FREE_BYTES = 64 * 2**20
+"""The wheel and a venv with pip: about 25 MiB; more when --wheels sends dependencies."""
 HOST_DESCRIPTION = "The box: an ssh alias from ~/.ssh/config or user@name[:port], as typed after `ssh`."
 
 
@@ -124,6 +126,11 @@ def install(host: Host, wheels: bool = False, progress: Progress | None = None) 
     current = _status(host)
     if current.state == "ready":
         return current.model_copy(update={"summary": f"{host.given}: runtime {version} already installed"})
+    if current.free_bytes is not None and current.free_bytes < MIN_FREE_BYTES:
+        raise RemoteError(host.given, "disk_full", f"the box has {current.free_bytes / 2**20:.0f} MiB free in the "
+                          f"home directory; the runtime needs about {MIN_FREE_BYTES // 2**20} MiB",
+                          "free space in the home directory (`df -h ~` on the box), then run `rgt box install` "
+                          "again")
     with tempfile.TemporaryDirectory() as tmp:
         extra = _download_wheels(host, Path(tmp), report) if wheels else []
         report(2, 5, "sending the runtime")
@@ -146,7 +153,7 @@ def install(host: Host, wheels: bool = False, progress: Progress | None = None) 
 def _install_failure(host: Host, stderr: str) -> RemoteError:
     kind_word = next(iter(_lines(stderr, "rgt-fail:")), "").split(" ")[0]
     tail = stderr.strip()[-1200:]
-    if "No space left on device" in stderr or "Errno 28" in stderr:
+    if any(sign in stderr for sign in ("No space left on device", "Errno 28", "Wrote only")):  # tar: "Wrote only"
         return RemoteError(host.given, "disk_full", "the box ran out of disk space during the install",
                            "free space in the home directory (`df -h ~` on the box), then run `rgt box install` "
                            "again", detail=tail)

@@ -108,6 +108,8 @@ def build_wheel() -> tuple[str, bytes]:
     entries.append((f"{info}/METADATA", (metadata_text + "\n").encode()))
     entries.append((f"{info}/WHEEL", b"Wheel-Version: 1.0\nGenerator: remote-gpu-trainer\n"
                                      b"Root-Is-Purelib: true\nTag: py3-none-any\n"))
+    # `rgt` inside the runtime's venv, to rerun a tool by hand on the box
+    entries.append((f"{info}/entry_points.txt", b"[console_scripts]\nrgt = remote_gpu_trainer.cli:main\n"))
     record = [_record_line(name, data) for name, data in entries] + [f"{info}/RECORD,,"]
     entries.append((f"{info}/RECORD", ("\n".join(record) + "\n").encode()))
     buffer = io.BytesIO()

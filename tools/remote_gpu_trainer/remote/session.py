@@ -178,9 +178,13 @@ def _tool_error(host: Host, tool: str, error: dict[str, Any]) -> Exception:
     if kind == "remote_timeout":
         return RemoteError(host.given, "remote_timeout", f"{tool}: {error.get('message')}",
                            "its processes on the box were ended; retry, or raise RGT_REMOTE_TIMEOUT")
-    return RemoteError(host.given, "remote_tool_failed", f"{tool} failed on the box: {error.get('message')}",
-                       "read the detail (the tail of its traceback); run the same tool with the same arguments "
-                       "on the box (`rgt` in the runtime's venv) to reproduce", detail=error.get("traceback", ""))
+    trace = str(error.get("traceback", ""))
+    where = [ln.strip() for ln in trace.splitlines() if ln.strip().startswith("File ")][-1:]
+    return RemoteError(host.given, "remote_tool_failed", f"{tool} failed on the box: {error.get('message')}"
+                       + (f" ({where[0][:200]})" if where else ""),
+                       "rerun it by hand on the box to see the whole traceback: "
+                       f"`~/.cache/remote-gpu-trainer/{runtime_version()}/venv/bin/rgt ...` with the same arguments "
+                       "(`--help` lists them); report it if it is our bug", detail=trace)
 
 
 def _runtime_error(host: Host, version: str, stderr: str) -> RemoteError:

@@ -75,8 +75,8 @@ _CAUSES: list[tuple[re.Pattern[str], str, str, str]] = [
     (re.compile(r"REMOTE HOST IDENTIFICATION HAS CHANGED|has changed and you have requested strict checking"),
      "host_key_changed", "the box's host key changed since it was recorded in known_hosts",
      "if the provider re-used the address for a new box (common after re-renting), remove the old key with "
-     "`ssh-keygen -R '[HOST]:PORT'` (or `ssh-keygen -R HOST`) and retry; otherwise do not connect"),
-    (re.compile(r"Host key verification failed"), "host_key_unknown",
+     "`ssh-keygen -R KNOWN_HOSTS_NAME` and retry; otherwise do not connect"),
+    (re.compile(r"No \S+ host key is known for|Host key verification failed"), "host_key_unknown",
      "the box's host key is not known and your ssh config refuses new keys",
      "connect once with `ssh HOST` in a terminal and accept the key, or set `StrictHostKeyChecking accept-new` "
      "for this host in ~/.ssh/config"),
@@ -92,12 +92,22 @@ def classify_ssh_failure(host: Host, stderr: str) -> RemoteError:
     text = stderr.strip()
     for pattern, kind, message, next_step in _CAUSES:
         if pattern.search(text):
-            line = next((ln for ln in text.splitlines() if pattern.search(ln)), "")
-            return RemoteError(host.given, kind, f"{message}; ssh said: {line.strip()[:200]}",  # type: ignore[arg-type]
-                               next_step.replace("HOST", host.destination.split("@")[-1]), detail=text[-2000:])
+            line = next((ln for ln in text.splitlines() if pattern.search(ln)), "").strip().rstrip(".")
+            step = next_step.replace("KNOWN_HOSTS_NAME", _known_hosts_name(host))
+            return RemoteError(host.given, kind, f"{message}; ssh said: {line[:200]}",  # type: ignore[arg-type]
+                               step.replace("HOST", host.destination.split("@")[-1]), detail=text[-2000:])
     tail = text.splitlines()[-1] if text else "no message"
     return RemoteError(host.given, "ssh_failed", f"ssh failed (exit 255: {tail[:200]})",
                        f"run `ssh -v {host.given} true` in a terminal to see where it stops", detail=text[-2000:])
+
+
+def _known_hosts_name(host: Host) -> str:
+    """How known_hosts names this box (``[addr]:port`` off port 22), from ``ssh -G``, not the alias."""
+    try:
+        resolved = resolve(host)
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return host.destination.split("@")[-1]
+    return resolved.hostname if resolved.port == 22 else f"'[{resolved.hostname}]:{resolved.port}'"
 
 
 def run(host: Host, remote_command: str, stdin: bytes = b"", timeout_s: float = 120) -> subprocess.CompletedProcess:
