@@ -287,3 +287,16 @@ def test_cli_takes_host_and_rgt_host(ssh_fleet):
                          capture_output=True, text=True, env={**os.environ, "RGT_SSH_CONFIG": str(Path(os.environ[
                              "RGT_SSH_CONFIG"]))}, timeout=60)
     assert out.returncode in (2, 5) and "nosuch-alias" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_slow_install_goes_on_in_the_background_and_a_later_call_reports_it(ssh_fleet):
+    ssh_fleet.add("box-slow")
+    first = call("box_install", host="box-slow", wait_s=0)  # an MCP client would give up on a long call
+    assert first.state in ("installing", "ready")
+    deadline = time.monotonic() + 120
+    report = first
+    while report.state == "installing" and time.monotonic() < deadline:
+        time.sleep(1)
+        report = call("box_install", host="box-slow", wait_s=5)
+    assert report.state == "ready" and "ready" in report.steps
+    assert call("gpu_health", host="box-slow").host == "box-slow"

@@ -42,6 +42,8 @@ class JobStatus:
     result: Any = None
     error: str | None = None
     error_type: str | None = None
+    exception: BaseException | None = field(default=None, repr=False)
+    """The exception itself, for callers that re-raise it as the tool's own error."""
 
 
 @dataclass
@@ -73,7 +75,7 @@ class _Job:
                 progress=self.progress, total=self.total, message=self.message, started_at=self.started_at,
                 elapsed_s=round(end - self.started_mono, 3), result=self.result,
                 error=str(self.error) if self.error is not None else None,
-                error_type=type(self.error).__name__ if self.error is not None else None)
+                error_type=type(self.error).__name__ if self.error is not None else None, exception=self.error)
 
 
 class JobRegistry:

@@ -169,38 +169,35 @@ def _install_failure(host: Host, stderr: str) -> RemoteError:
                        detail=tail)
 
 
-# Installs that outlived their call, by host (MCP clients give up on a call after about a minute).
-_background: dict[str, dict] = {}
-_background_lock = threading.Lock()
+# The background install of each host (a jobs.py id), so a later call reports the one already running.
+_install_jobs: dict[str, str] = {}
+_install_lock = threading.Lock()
 
 
 def _install_in_background(host: Host, wheels: bool, progress: Progress, wait_s: float) -> BoxReport:
-    with _background_lock:
-        job = _background.get(host.given)
-        if job is None or (job["done"].is_set() and job.get("reported")):
-            job = {"done": threading.Event(), "progress": "starting", "result": None, "error": None}
-            _background[host.given] = job
+    """Install, waiting at most ``wait_s``; past that the install goes on and the next call reports it."""
+    from .. import jobs
 
-            def work() -> None:
-                try:
-                    job["result"] = install(host, wheels, lambda d, t=None, m="": job.update(progress=m))
-                except Exception as err:  # kept for the next call to report
-                    job["error"] = err
-                finally:
-                    job["done"].set()
-
-            threading.Thread(target=work, daemon=True).start()
+    with _install_lock:
+        job_id = _install_jobs.get(host.given)  # running, or finished since the last call: report that one
+        if job_id is None:
+            job_id = jobs.start(lambda report: install(host, wheels, report), name=f"box install {host.given}")
+            _install_jobs[host.given] = job_id
     deadline = time.monotonic() + wait_s
-    while not job["done"].wait(timeout=min(5.0, max(0.0, deadline - time.monotonic()))):
-        progress(0, None, str(job["progress"]))
-        if time.monotonic() >= deadline:
-            return BoxReport(host=host.given, needed=runtime_version(), state="installing",
-                             steps=[str(job["progress"])], next_step="call box_install again with the same host "
-                             "to see progress", summary=f"{host.given}: install running ({job['progress']})")
-    job["reported"] = True
-    if job["error"] is not None:
-        raise job["error"]
-    return job["result"]
+    status = jobs.poll(job_id)
+    while not status.done and time.monotonic() < deadline:
+        progress(status.progress, status.total, status.message)
+        time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
+        status = jobs.poll(job_id)
+    if not status.done:
+        return BoxReport(host=host.given, needed=runtime_version(), state="installing", steps=[status.message],
+                         next_step="call box_install again with the same host to see progress",
+                         summary=f"{host.given}: install running ({status.message}, {status.elapsed_s:.0f} s)")
+    with _install_lock:
+        _install_jobs.pop(host.given, None)
+    if status.exception is not None:
+        raise status.exception
+    return status.result
 
 
 def _run_install(args: InstallInput, progress: Progress) -> BoxReport:
