@@ -6,6 +6,8 @@ mid-run is a clean failure naming its box; and no process of the check is left o
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 
@@ -192,3 +194,77 @@ def test_a_rank_killed_mid_run_on_one_box_fails_cleanly_naming_it(fleet):
     assert report.failed_hosts == ["pf-ecc"], report
     assert "pf-ecc (died" in report.explanation
     assert _leftovers(fleet, SCENARIOS) == []
+
+
+# --- bounded concurrency and a box that never answers ----------------------------------------------
+
+
+@pytest.fixture
+def silent_alias(fleet):
+    """An alias whose port accepts TCP and then says nothing (no ssh banner): a wedged box or proxy."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    threading.Thread(target=accept, daemon=True).start()
+    alias = f"pf-silent-{listener.getsockname()[1]}"
+    fleet.add_alias(alias, listener.getsockname()[1])
+    yield alias
+    stop.set()
+    for conn in held:
+        conn.close()
+    listener.close()
+
+
+def test_head_listed_last_with_few_slots_and_a_silent_box_still_proves_the_workers(fleet, silent_alias):
+    """The head runs first and holds its port for every round of workers, so a worker that waits for a free
+    slot still finds it open; the box that never answers is cut at its deadline, named, and stalls no one."""
+    from remote_gpu_trainer.fleet.tool import PreflightInput, run_fleet
+
+    args = PreflightInput(hosts=["pf-ecc", silent_alias, "pf-old", "pf-head"], head="pf-head", port=_port(),
+                          checkpoint_dir="/tmp", concurrency=3, timeout_s=30)
+    result = run_fleet(args, lambda *a, **k: None)
+    rows = {r.host: r for r in result.hosts}
+    silent = rows[silent_alias]
+    assert not silent.reachable and silent.error.kind == "timeout", silent.error
+    assert "timed out" in silent.checks[0].observed
+    for worker in ("pf-ecc", "pf-old"):
+        reach = next(c for c in rows[worker].checks if c.name == "head_reachable")
+        assert reach.verdict is Verdict.PASS, (worker, reach)
+    assert rows["pf-head"].facts.listener_accepted == 2
+    assert _leftovers(fleet, SCENARIOS) == []
+
+
+# --- the CLI waits; jobs are for MCP clients ----------------------------------------------------------
+
+
+def _rgt(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "remote_gpu_trainer.cli", *argv], capture_output=True, text=True,
+                          timeout=240, stdin=subprocess.DEVNULL)
+
+
+def test_the_cli_waits_for_the_result_and_prints_progress_without_a_job(fleet):
+    """A job lives in the process that started it, so no later `rgt` could poll one: `rgt preflight` has no
+    --wait-s/--job-id, waits for the whole check and reports progress on stderr."""
+    done = _rgt("preflight", "--hosts", "pf-head", "pf-old", "--port", str(_port()), "--checkpoint-dir", "/tmp",
+                "--json")
+    assert done.returncode == 0, done.stderr[-2000:]  # WARN (pf-old's driver) exits 0
+    result = json.loads(done.stdout)
+    assert result["done"] is True and result["state"] == "done" and result["job_id"] is None
+    assert {r["host"]: r["verdict"] for r in result["hosts"]} == {"pf-head": "PASS", "pf-old": "WARN"}
+    assert "pf-head: ok" in done.stderr and "pf-old: ok" in done.stderr  # progress, on stderr only
+    for flag in ("--wait-s", "--job-id"):
+        refused = _rgt("preflight", "--hosts", "pf-head", flag, "0")
+        assert refused.returncode == 2 and "unrecognized arguments" in refused.stderr, refused.stderr

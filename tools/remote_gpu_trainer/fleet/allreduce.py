@@ -245,11 +245,15 @@ class AllreduceReport(StrictModel):
 
 
 NodeCaller = Callable[[str, dict], NodeResult]
+CLEANUP_S = 30.0
+"""Beyond its own timeout, what a host needs to end torchrun's session (SIGTERM, then SIGKILL) and reply."""
 
 
 def ssh_node_caller(host: str, arguments: dict) -> NodeResult:
-    result = ALLREDUCE_NODE.call({**arguments, "host": host})
-    return NodeResult.model_validate(result.model_dump(exclude={"host", "box"}))
+    """allreduce_node on ``host`` over ssh; the transport's deadline covers the run and its cleanup."""
+    from .transport import call_on_host
+
+    return call_on_host(ALLREDUCE_NODE, host, arguments, NodeResult, float(arguments["timeout_s"]) + CLEANUP_S)
 
 
 def _reference(facts: dict[str, HostFacts], backend: str, nnodes: int) -> tuple[float | None, str | None]:
@@ -326,7 +330,7 @@ def run_fleet_allreduce(hosts: list[str], head: str, head_addr: str, port: int, 
         futures = {h: pool.submit(caller, h, per_host[h]) for h in hosts}
         for host, future in futures.items():
             try:
-                runs[host] = future.result(timeout=timeout_s + 60)
+                runs[host] = future.result(timeout=timeout_s + CLEANUP_S + 30)
             except Exception as err:
                 runs[host] = HostError(kind=str(getattr(err, "kind", type(err).__name__)),
                                        message=str(getattr(err, "message", err)), next_step="")

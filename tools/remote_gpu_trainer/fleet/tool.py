@@ -65,8 +65,9 @@ class PreflightInput(StrictModel):
                                "arguments are ignored")
     concurrency: int = Field(16, ge=2, le=256, description="Hosts checked at the same time")
     timeout_s: float = Field(90.0, ge=5, le=600, description="Deadline per host for its facts")
-    wait_s: float = Field(45.0, ge=0, le=3600, description="How long this call waits before answering with a "
-                          "job_id (MCP clients give up after about 60 s; the CLI can wait longer)")
+    wait_s: float | None = Field(45.0, ge=0, le=3600, description="How long this call waits before answering "
+                                 "with a job_id (MCP clients give up after about 60 s); null: wait for the result "
+                                 "with no job at all (what `rgt preflight` does)")
 
 
 class PreflightResult(StrictModel):
@@ -89,13 +90,22 @@ class PreflightResult(StrictModel):
     notes: list[str] = Field(default_factory=list)
 
 
+CONNECT_WAIT_S = 6.0
+"""How long a worker retries its connect to the head, and the head holds the port per round of workers."""
+
 FactsCaller = Callable[[str, dict], HostFacts]
 """Runs host_facts on one host and returns its facts; raises RemoteError when it cannot."""
 
 
-def ssh_caller(host: str, arguments: dict) -> HostFacts:
-    """The transport's remote call: the same spec, run on ``host`` over the user's ssh."""
-    return HOST_FACTS.call({**arguments, "host": host})  # type: ignore[return-value]
+def ssh_caller(timeout_s: float) -> FactsCaller:
+    """The transport's remote call: the same spec, run on ``host`` over the user's ssh, ended (session and
+    box processes) when the per-host deadline passes."""
+    from .transport import call_on_host
+
+    def call(host: str, arguments: dict) -> HostFacts:
+        return call_on_host(HOST_FACTS, host, arguments, HostFacts, timeout_s)
+
+    return call
 
 
 def srun_facts(nodes: list[str], arguments: dict, timeout_s: float) -> dict[str, HostFacts | HostError]:
@@ -153,8 +163,8 @@ def gather(fleet: list[str], per_host: dict[str, dict], caller: FactsCaller, con
         except Exception as err:  # RemoteError, or anything the transport raised: a row, not a crash
             return Reply(None, _error_of(err), sent, time.time())
 
-    futures = {host: pool.submit(one, host) for host in fleet}
-    deadline = time.monotonic() + timeout_s * -(-len(fleet) // concurrency)
+    futures = {host: pool.submit(one, host) for host in fleet}  # in order: the head (first) never waits
+    deadline = time.monotonic() + timeout_s * waves(len(fleet), concurrency)
     for done, (host, future) in enumerate(futures.items()):
         try:
             replies[host] = future.result(timeout=max(0.0, deadline - time.monotonic()))
@@ -165,6 +175,26 @@ def gather(fleet: list[str], per_host: dict[str, dict], caller: FactsCaller, con
         progress(done + 1, len(fleet), f"{host}: {'ok' if replies[host].facts else replies[host].error.kind}")
     pool.shutdown(wait=False, cancel_futures=True)
     return replies
+
+
+def waves(hosts: int, concurrency: int) -> int:
+    """How many rounds the workers need: the head holds one slot for the whole check."""
+    workers, slots = max(0, hosts - 1), max(1, min(concurrency, hosts) - 1)
+    return max(1, -(-workers // slots))
+
+
+def per_host_arguments(args: PreflightInput, names: list[str], head: str, head_addr: str) -> dict[str, dict]:
+    """host_facts arguments per host. The head holds its rendezvous port open while the workers connect:
+    one connect window per round of workers (when the fleet is larger than ``concurrency``), ended early once
+    every worker has connected, and always well inside the per-host timeout, or the head's own reply would be
+    cut off by the deadline it is holding the port for."""
+    window = min(CONNECT_WAIT_S, args.timeout_s / 4)
+    hold = min(window * waves(len(names), args.concurrency), args.timeout_s / 2, 60.0)
+    base = HostFactsInput(head_addr=head_addr, port=args.port, checkpoint_dir=args.checkpoint_dir,
+                          expect_gpus=args.expect_gpus, timeout_s=min(60.0, args.timeout_s / 2),
+                          connect_wait_s=max(0.5, window))
+    head_args = base.model_copy(update={"is_head": True, "workers": len(names) - 1, "connect_wait_s": max(0.5, hold)})
+    return {h: (head_args if h == head else base).model_dump() for h in names}
 
 
 def _clock(reply: Reply) -> tuple[float | None, float | None]:
@@ -204,19 +234,19 @@ def run_fleet(args: PreflightInput, progress: Progress, caller: FactsCaller | No
     if head_addr is None:
         head_addr, note = default_head_addr(head, args.slurm)
         notes += [note] if note else []
-    base = HostFactsInput(head_addr=head_addr, port=args.port, checkpoint_dir=args.checkpoint_dir,
-                          expect_gpus=args.expect_gpus, timeout_s=min(60.0, args.timeout_s))
-    per_host = {h: base.model_copy(update={"is_head": h == head, "workers": len(names) - 1 if h == head else 0})
-                .model_dump() for h in names}
+    per_host = per_host_arguments(args, names, head, head_addr)
     progress(0, len(names), f"checking {len(names)} host(s)")
     if args.slurm and caller is None and srun_available():
         t0 = time.time()
-        got = srun_facts(names, per_host[names[0]] | {"is_head": False}, args.timeout_s)
+        worker = next((per_host[h] for h in names if h != head), per_host[head] | {"is_head": False, "workers": 0})
+        got = srun_facts(names, worker, args.timeout_s)
         replies = {h: Reply(v if isinstance(v, HostFacts) else None, v if isinstance(v, HostError) else None, t0,
                             time.time()) for h, v in got.items()}
         notes.append("fanned out with srun --ntasks-per-node=1; the head's port was not held open in this mode")
     else:
-        replies = gather(names, per_host, caller or ssh_caller, args.concurrency, args.timeout_s, progress)
+        ordered = [head, *(h for h in names if h != head)]
+        replies = gather(ordered, per_host, caller or ssh_caller(args.timeout_s), args.concurrency, args.timeout_s,
+                         progress)
     head_facts = replies[head].facts
     head_ok = bool(head_facts and head_facts.port_free)
     rows = []
@@ -322,6 +352,8 @@ def preflight(args: PreflightInput, progress: Progress) -> PreflightResult:
 
         for member in fleet:  # a host string never reaches ssh as an option (SSH injection guard)
             parse_host(member.host, "hostfile" if args.hostfile else "hosts")
+    if args.wait_s is None:  # the CLI: its process is the only one that could ever poll a job, so just wait
+        return run_fleet(args, progress, fleet=fleet)
     job_id = jobs.start(lambda job_progress: run_fleet(args, job_progress, fleet=fleet), name="preflight")
     return _from_job(jobs.JOBS.wait(job_id, timeout_s=args.wait_s))
 
@@ -387,5 +419,8 @@ SPECS = [
         open_world=True,
         render_text=render_preflight,
         exit_code=_exit,
+        # A job lives in one process, and no later `rgt` process could poll it: the CLI waits for the result
+        # and prints progress to stderr instead.
+        cli_fixed=(("wait_s", None), ("job_id", None)),
     ),
 ]
