@@ -108,7 +108,10 @@ def _add_spec(subparsers: Any, spec: ToolSpec, groups: dict[str, Any]) -> None:
     words = spec.cli.split()
     parser = _subparsers_for(subparsers, groups, words).add_parser(words[-1], help=spec.title,
                                                                    description=spec.description)
+    fixed = dict(spec.cli_fixed)
     for name, field in spec.input_model.model_fields.items():
+        if name in fixed:
+            continue
         if name == spec.cli_file_field:
             parser.add_argument("file", nargs="?", default="-", help="file to read, or - for stdin (default)")
             continue
@@ -146,6 +149,7 @@ def _run_spec(spec: ToolSpec, namespace: argparse.Namespace) -> int:
     arguments = {k: v for k, v in arguments.items() if not (k == spec.cli_positional and v in (None, []))}
     if arguments.get("host") is None:
         arguments.pop("host", None)
+    arguments.update(spec.cli_fixed)
     try:
         # A log named with --log-path is read by the tool (on the box, with --host), not from stdin.
         if spec.cli_file_field and not (namespace.file == "-" and arguments.get("log_path")):

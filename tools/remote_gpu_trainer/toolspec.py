@@ -53,6 +53,9 @@ class ToolSpec:
     """CLI exit status derived from the result (e.g. FAIL → 1); default 0."""
     cli_positional: str | None = None
     """Input field the CLI takes as positional argument(s), e.g. ``rgt ports 29500 29600-29610``."""
+    cli_fixed: tuple[tuple[str, Any], ...] = ()
+    """(field, value) pairs the CLI always passes and offers no flag for, e.g. ``wait_s=None`` for a tool whose
+    background-job mode only makes sense for a long-lived MCP server (a CLI process simply waits)."""
     cli_file_field: str | None = None
     """Text field the CLI reads from a FILE argument or stdin (``-``), e.g. a log for diagnose."""
     remote: bool = False
