@@ -21,6 +21,7 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.resources import FileResource
+from mcp.shared.exceptions import NoBackChannelError
 from mcp.types import CallToolResult, ClientCapabilities, ElicitationCapability, TextContent, ToolAnnotations
 from mcp.types import Tool as MCPTool
 from pydantic import BaseModel, Field, ValidationError
@@ -125,7 +126,12 @@ async def _ask_consent(ctx: Context, spec: ToolSpec, arguments: dict[str, Any]) 
         supported = False
     if not supported:
         return
-    answer = await ctx.elicit(question, schema=Consent)
+    if arguments.get("host"):
+        question = f"On {arguments['host']}: {question}"
+    try:
+        answer = await ctx.elicit(question, schema=Consent)
+    except NoBackChannelError:  # a stateless request cannot ask back: the token-only flow, as without support
+        return
     if answer.action != "accept" or not getattr(answer.data, "confirm", False):
         raise InputError("confirm_token", f"the user did not agree ({answer.action}): nothing was changed")
 
