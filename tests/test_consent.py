@@ -5,30 +5,13 @@ The guard runs locally here (no host); its stop command is a fake ``runpodctl`` 
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from mcp import Client, types
 
 from remote_gpu_trainer.idle import guard
 
 from .conftest import call_error, call_ok
-
-
-@pytest.fixture
-def box(tmp_path, monkeypatch):
-    for name, sub in (("RGT_RUNS_DIR", "runs"), ("RGT_CUSTODY_DIR", "custody"), ("RGT_GUARD_DIR", "guard")):
-        (tmp_path / sub).mkdir()
-        monkeypatch.setenv(name, str(tmp_path / sub))
-    (tmp_path / "bin").mkdir()
-    fake = tmp_path / "bin" / "runpodctl"
-    fake.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / 'calls'}\n")
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
-    monkeypatch.setenv("RUNPOD_POD_ID", "pod-consent")
-    monkeypatch.setenv("RGT_HEALTH_FAKE", "idle-8xh100")
-    yield tmp_path
-    guard.remove(tmp_path / "guard", reason="test teardown")
+from .test_idle import box  # noqa: F401  (the same fake RunPod box: ledger, guard dir, recording runpodctl)
 
 
 def answering(action: str, questions: list[str]):
@@ -43,7 +26,7 @@ ARM = {"action": "stop", "idle_minutes": 60, "interval_s": 5}
 
 
 @pytest.mark.anyio
-async def test_arming_stop_asks_the_person_and_a_no_arms_nothing(box, server):
+async def test_arming_stop_asks_the_person_and_a_no_arms_nothing(box, server):  # noqa: F811
     questions: list[str] = []  # the session (legacy) mode Claude Code and Gemini CLI use can ask back
     async with Client(server, mode="legacy", elicitation_callback=answering("decline", questions)) as client:
         dry = await call_ok(client, "idle_guard", ARM)
@@ -55,7 +38,7 @@ async def test_arming_stop_asks_the_person_and_a_no_arms_nothing(box, server):
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
-async def test_a_yes_arms_the_guard(box, server, mode):
+async def test_a_yes_arms_the_guard(box, server, mode):  # noqa: F811
     questions: list[str] = []
     async with Client(server, mode=mode, elicitation_callback=answering("accept", questions)) as client:
         dry = await call_ok(client, "idle_guard", ARM)

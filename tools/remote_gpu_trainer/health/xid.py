@@ -111,8 +111,9 @@ def parse_xids(lines: list[str]) -> tuple[XidEvent, ...]:
     return tuple(events[-_MAX_EVENTS:])
 
 
-def _read_kmsg(path: str) -> list[str]:
-    """Every record in the kmsg ring buffer, without blocking (kmsg returns one record per read)."""
+def read_kmsg(path: str, needle: str = "NVRM") -> list[str]:
+    """The records of the kmsg ring buffer that contain ``needle``, without blocking (kmsg returns one record
+    per read). Shared by the XID check and the run supervisor's OOM evidence."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     lines: list[str] = []
     try:
@@ -127,7 +128,7 @@ def _read_kmsg(path: str) -> list[str]:
                 raise
             if not chunk:
                 break
-            lines.extend(line for line in chunk.decode(errors="replace").splitlines() if "NVRM" in line)
+            lines.extend(line for line in chunk.decode(errors="replace").splitlines() if needle in line)
     finally:
         os.close(fd)
     return lines
@@ -149,7 +150,7 @@ def read_kernel_log(kmsg_path: str = "/dev/kmsg", use_journal: bool = True, time
     """XIDs of the current boot, or why the kernel log could not be read."""
     reasons = []
     try:
-        return KernelLog(True, kmsg_path, "", parse_xids(_read_kmsg(kmsg_path)))
+        return KernelLog(True, kmsg_path, "", parse_xids(read_kmsg(kmsg_path)))
     except OSError as err:
         reasons.append(f"{kmsg_path}: {err.strerror or err}")
     if use_journal and shutil.which("journalctl"):

@@ -17,10 +17,10 @@ A SIGKILL with neither is reported as ``killed`` with the signal.
 
 from __future__ import annotations
 
-import errno
-import os
 import re
 from pathlib import Path
+
+from ..health.xid import read_kmsg
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 _KILLED = re.compile(r"(?:Out of memory|Memory cgroup out of memory)[^\n]*?: Killed process (\d+)")
@@ -68,32 +68,10 @@ def oom_kill_count(cgroup: Cgroup, root: Path = CGROUP_ROOT) -> int | None:
     return None
 
 
-def _kmsg_lines(path: str, needle: str) -> list[str]:
-    """Records of the kernel ring buffer containing ``needle``, read without blocking."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    lines: list[str] = []
-    try:
-        while True:
-            try:
-                chunk = os.read(fd, 65536)
-            except BlockingIOError:
-                break
-            except OSError as err:
-                if err.errno == errno.EPIPE:  # a record was overwritten while reading: skip it
-                    continue
-                raise
-            if not chunk:
-                break
-            lines.extend(line for line in chunk.decode(errors="replace").splitlines() if needle in line)
-    finally:
-        os.close(fd)
-    return lines
-
-
 def kernel_oom_lines(pids: set[int], kmsg: str = "/dev/kmsg") -> tuple[list[str], str | None]:
     """Kernel-log lines saying the OOM killer killed one of ``pids``, and why the log was unreadable."""
     try:
-        lines = _kmsg_lines(kmsg, "Killed process")
+        lines = read_kmsg(kmsg, "Killed process")
     except OSError as err:
         return [], f"kernel log not readable ({kmsg}: {err.strerror or err})"
     found = [line.split(";", 1)[-1].strip() for line in lines
