@@ -1,9 +1,9 @@
 """Process fingerprints and confirm tokens: what makes a two-phase kill safe against PID reuse.
 
 A dry run fingerprints every process it would signal: pid, start time, real uid and command line,
-plus the box's identity (ssh destination, hostname, boot id), hashed to 12 hex digits. The **confirm token** it returns lists those
-``pid-digest`` pairs. The real run fingerprints the processes it is about to signal again and goes
-ahead only if every one of them is in the token with the same digest:
+plus the box's identity (ssh destination, hostname, boot id), hashed to 12 hex digits. The **confirm
+token** it returns lists those ``pid-digest`` pairs. The real run fingerprints the processes it is
+about to signal again and goes ahead only if every one of them is in the token with the same digest:
 
 * PID reuse cannot redirect a kill: a new process on an old pid has another start time.
 * A restarted job (same command, new start time) is refused: the user confirmed the old one.
