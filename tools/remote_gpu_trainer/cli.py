@@ -27,6 +27,8 @@ from .toolspec import ToolSpec
 
 EXIT_INPUT_ERROR = 2
 EXIT_REMOTE_ERROR = 5
+GROUP_HELP = {"run": "Training runs on a box: start, status, logs, stop, list",
+              "box": "The runtime on a box: install, status, remove"}
 
 
 def _unwrap_optional(annotation: Any) -> Any:
@@ -98,7 +100,7 @@ def _subparsers_for(subparsers: Any, groups: dict[str, Any], words: list[str]) -
     for depth in range(len(words) - 1):
         key = " ".join(words[: depth + 1])
         if key not in groups:
-            group = subparsers.add_parser(words[depth], help=f"{key} commands")
+            group = subparsers.add_parser(words[depth], help=GROUP_HELP.get(key, f"{key} commands"))
             groups[key] = group.add_subparsers(dest=f"command_{depth + 1}", required=True, metavar="COMMAND")
         subparsers = groups[key]
     return subparsers
