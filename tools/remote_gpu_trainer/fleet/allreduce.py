@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -40,6 +41,8 @@ MIB = 1 << 20
 GPU_MAX_BYTES = 1 << 30
 CPU_MAX_BYTES = 64 * MIB
 E_HANG = EntryRef(file="references/multinode.md", id="NODE-07")
+AGENT_CLOSED = re.compile(r"Sending process (\d+) closing signal")
+"""torchrun's agent logs this for each worker it ends (torch/distributed/elastic/multiprocessing/api.py)."""
 
 
 # --- inside every rank ------------------------------------------------------------------------------
@@ -122,6 +125,9 @@ class NodeResult(StrictModel):
     errors: dict[str, str] = Field(description="Local rank → its error")
     silent_ranks: list[int] = Field(description="Local ranks that started and ended with neither result nor error "
                                     "(killed)")
+    stopped_ranks: list[int] = Field(default_factory=list, description="Local ranks their own torchrun agent ended "
+                                     "with a closing signal (it does so after a peer's failure): a consequence, "
+                                     "not a cause")
     rows: list[dict] = Field(description="size_bytes, time_s from local rank 0 (times are the max over all ranks)")
     world: int | None
     exit_code: int | None
@@ -161,6 +167,11 @@ def _alive(process: psutil.Process) -> bool:
         return False
 
 
+def _rank_of(path: Path) -> int:
+    """``rank-3.started`` → 3."""
+    return int(path.name.split("-")[1].split(".")[0])
+
+
 def allreduce_node(args: NodeInput, progress: Progress) -> NodeResult:
     with tempfile.TemporaryDirectory(prefix="rgt-allreduce-") as tmp:
         argv = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={args.nnodes}",
@@ -182,15 +193,20 @@ def allreduce_node(args: NodeInput, progress: Progress) -> NodeResult:
             timed_out = True
         leftover = _end_session(proc)
         log.seek(0)
-        tail = log.read()[-3000:]
+        whole = log.read()
+        tail = whole[-3000:]
         log.close()
         out = Path(tmp)
-        started = sorted(int(p.name.split("-")[1].split(".")[0]) for p in out.glob("rank-*.started"))
-        finished = {int(p.name.split("-")[1].split(".")[0]): json.loads(p.read_text()) for p in out.glob("rank-*.json")}
-        errors = {p.name.split("-")[1].split(".")[0]: p.read_text() for p in out.glob("rank-*.error")}
-        silent = [r for r in started if r not in finished and str(r) not in errors]
+        pids = {_rank_of(p): json.loads(p.read_text()).get("pid") for p in out.glob("rank-*.started")}
+        started = sorted(pids)
+        finished = {_rank_of(p): json.loads(p.read_text()) for p in out.glob("rank-*.json")}
+        errors = {str(_rank_of(p)): p.read_text() for p in out.glob("rank-*.error")}
+        closed = {int(pid) for pid in AGENT_CLOSED.findall(whole)}
+        ended = [r for r in started if r not in finished and str(r) not in errors]
+        stopped = [r for r in ended if pids.get(r) in closed]
         first = finished.get(0) or next(iter(finished.values()), None)
-        return NodeResult(started_ranks=started, finished_ranks=sorted(finished), errors=errors, silent_ranks=silent,
+        return NodeResult(started_ranks=started, finished_ranks=sorted(finished), errors=errors,
+                          silent_ranks=[r for r in ended if r not in stopped], stopped_ranks=stopped,
                           rows=first["rows"] if first else [], world=first["world"] if first else None,
                           exit_code=proc.returncode, timed_out=timed_out, stderr_tail=tail, leftover=leftover)
 
@@ -215,8 +231,8 @@ class BandwidthRow(StrictModel):
 
 class HostRun(StrictModel):
     host: str
-    state: str = Field(description="finished, never_joined, died (a rank ended without a word), failed, "
-                       "unreachable")
+    state: str = Field(description="finished, never_joined, died (a rank ended without a word), stopped (its own "
+                       "torchrun agent ended it after a peer failed), failed, unreachable")
     ranks: int
     detail: str
 
@@ -293,6 +309,10 @@ def _blame(runs: dict[str, NodeResult | HostError]) -> tuple[list[HostRun], list
             rows.append(HostRun(host=host, state="never_joined", ranks=0, detail="no rank started: torchrun did "
                                 f"not get through the rendezvous. {run.stderr_tail[-300:]}"))
             never.append(host)
+        elif run.stopped_ranks and not run.timed_out and not run.finished_ranks:
+            rows.append(HostRun(host=host, state="stopped", ranks=len(run.started_ranks), detail=f"local rank(s) "
+                                f"{run.stopped_ranks} were ended by this host's torchrun agent after a peer failed"))
+            other.append(host)
         elif len(run.finished_ranks) == len(run.started_ranks) and not run.timed_out:
             rows.append(HostRun(host=host, state="finished", ranks=len(run.started_ranks), detail="ok"))
         else:
