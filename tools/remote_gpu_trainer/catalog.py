@@ -30,7 +30,8 @@ from urllib.parse import unquote
 from .paths import skill_markdown_files, skill_root
 
 #: Field labels in their required order.
-FIELDS = ("Symptom", "Signature", "Root cause", "Fix", "Verify", "Tool", "Not the cause", "Sources")
+FIELDS = ("Symptom", "Signature", "Root cause", "Fix", "Verify", "Tool", "Not the cause", "Sources",
+          "Verified with")
 REQUIRED_FIELDS = ("Symptom", "Root cause", "Fix", "Verify", "Sources")
 
 #: The ID prefix each catalog file owns. A file not listed may use any one prefix no other file uses.
@@ -162,6 +163,9 @@ class Entry:
     links: tuple[Link, ...]
     field_lines: Mapping[str, int] = field(default_factory=dict, compare=False)
     """Line number of each field's label, for precise lint reports."""
+    verified_with: str = ""
+    """The package versions the entry's quoted strings and commands were last checked against
+    (``torch 2.13.0, huggingface_hub 2.4.0``), read by ``evals/run_evals.py facts``."""
 
     @property
     def symptom_plain(self) -> str:
@@ -748,6 +752,7 @@ def _build_entry(draft: _Draft, rel: str, links: list[Link], problems: list[Prob
         fix=text.get("Fix", ""), verify=text.get("Verify", ""), tools=tools,
         not_the_cause=text.get("Not the cause", ""), sources=_parse_sources(draft, rel, problems),
         links=tuple(link for link in links if link.entry == draft.id), field_lines=field_lines,
+        verified_with=text.get("Verified with", ""),
     )
     _check_signatures(entry, problems)
     return entry
