@@ -13,7 +13,7 @@ from .schema import Case, InputError, load_answers, load_cases
 
 EVALS_DIR = Path(__file__).resolve().parents[1]
 REPO_ROOT = EVALS_DIR.parent
-COMMANDS = ("structure", "score", "run", "judge")
+COMMANDS = ("structure", "score", "run", "judge", "facts")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -56,6 +56,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--only", nargs="+", metavar="ID", help="only these case ids")
     p.add_argument("--tag", action="append", help="only cases with this tag (repeatable)")
 
+    p = sub.add_parser("facts", help="check catalog strings, commands and version claims against real packages")
+    p.add_argument("--root", type=Path, default=REPO_ROOT, help="skill root (default: this checkout)")
+    p.add_argument("--download", action="store_true",
+                   help="pip download the current wheels of the packages not installed (cached) and check them too")
+    p.add_argument("--installed-only", action="store_true",
+                   help="ignore wheels an earlier --download left in the cache (what CI checks)")
+    p.add_argument("--json", type=Path, default=None,
+                   help="JSON report (default: ~/.cache/remote-gpu-trainer/facts/report.json)")
+    p.add_argument("--record", action="store_true",
+                   help="write **Verified with:** lines for entries checked against a package without a FAIL")
+    p.add_argument("--only", nargs="+", metavar="ID", help="only these entry IDs")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only FAIL lines and the summary")
+
     p = sub.add_parser("judge", help="LLM judge beside the deterministic score")
     p.add_argument("answers", type=Path)
     cases_option(p)
@@ -76,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse: 2 for bad usage, 0 for --help
         return int(exc.code or 0)
     try:
-        return {"structure": _structure, "score": _score, "run": _run, "judge": _judge}[args.command](args)
+        return {"structure": _structure, "score": _score, "run": _run, "judge": _judge,
+                "facts": _facts}[args.command](args)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -215,3 +229,25 @@ def _judge(args: argparse.Namespace) -> int:
                 and r["judge"]["error"] is None)
     print(f"{agree} passed, {len(report['records']) - agree} failed")
     return 1 if s["errors"] else 0
+
+
+def _facts(args: argparse.Namespace) -> int:
+    from .facts import CACHE_DIR, available_packages, record_versions, run_facts
+
+    packages = available_packages(download=args.download, use_cache=not args.installed_only)
+    print("packages: " + ", ".join(f"{p.label} ({p.origin})" for p in packages.values()))
+    report, entries = run_facts(args.root.resolve(), packages, only=args.only or ())
+    for result in report.results:
+        if not (args.quiet and result.verdict != "FAIL"):
+            print(result.line())
+    table = report.table(entries)
+    print("table: " + ", ".join(f"{k} {v}" for k, v in table.items() if not isinstance(v, dict)))
+    out = args.json or CACHE_DIR / "report.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report.to_json(entries), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"report: {out}")
+    if args.record:
+        changed = record_versions(args.root.resolve(), report)
+        print(f"recorded versions in {len(changed)} entries" + (f": {' '.join(changed)}" if changed else ""))
+    print(f"{report.count('PASS')} passed, {report.count('FAIL')} failed, {report.count('SKIP')} skipped")
+    return 1 if report.count("FAIL") else 0
