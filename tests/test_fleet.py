@@ -171,3 +171,25 @@ def test_a_host_that_is_not_an_ssh_name_is_refused_before_anything_runs():
     with pytest.raises(InputError) as err:
         SPECS[0].call({"hosts": ["good", "-oProxyCommand=touch /tmp/x"]})
     assert err.value.field == "hosts" and "starts with '-'" in str(err.value)
+
+
+def test_the_head_check_leaves_the_port_bindable_for_torchrun():
+    """The head's listener must not leave a server-side TIME_WAIT on head:port: torchrun's TCPStore binds
+    without SO_REUSEADDR and would fail with EADDRINUSE for a minute right after the pre-flight."""
+    import socket
+    import time
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from remote_gpu_trainer.fleet.network import HeadListener
+    from remote_gpu_trainer.processes.ports import suggest_free_port
+
+    port = suggest_free_port(31500, 400)
+    listener = HeadListener(port, 1, 5).start()
+    with socket.create_connection(("127.0.0.1", port), timeout=5):
+        time.sleep(0.3)  # the worker lingers: a listener that closed first would own the TIME_WAIT
+    listener.wait()
+    assert listener.accepted
+    store = dist.TCPStore("127.0.0.1", port, 1, True, timeout=timedelta(seconds=5))
+    del store

@@ -33,7 +33,9 @@ _HOMES: dict[str, str] = {}
 
 
 def home_of(tool: str) -> str | None:
-    """The module defining ``tool`` (after :func:`all_specs` ran in this process), for :func:`find_spec`."""
+    """The module defining ``tool``, sent to the box so that it imports only that one (:func:`find_spec`)."""
+    if tool not in _HOMES:
+        all_specs()
     return _HOMES.get(tool)
 
 

@@ -86,10 +86,12 @@ class ToolSpec:
         it, None for this machine) and ``box`` (``user@host:port`` as ``ssh -G`` resolved it)."""
         return _with_host(self.output_model) if self.remote else self.output_model
 
-    def call(self, arguments: dict[str, Any], progress: Progress = no_progress) -> BaseModel:
+    def call(self, arguments: dict[str, Any], progress: Progress = no_progress,
+             timeout_s: float | None = None) -> BaseModel:
         """Validate ``arguments`` and run the tool, here or, given a ``host``, on that box.
 
-        Raises :class:`InputError` for bad input and
+        ``timeout_s`` bounds a remote call (default ``RGT_REMOTE_TIMEOUT``); past it the session is ended
+        and with it the tool's processes on the box. Raises :class:`InputError` for bad input and
         :class:`~remote_gpu_trainer.remote.RemoteError` when the box cannot be reached or fails.
         """
         arguments = dict(arguments)
@@ -105,7 +107,7 @@ class ToolSpec:
 
         parsed = parse_host(host)
         try:
-            data = call_remote(parsed, self.name, args.model_dump(mode="json"), progress)
+            data = call_remote(parsed, self.name, args.model_dump(mode="json"), progress, timeout_s)
         except RemoteError as err:
             if self.unreachable is None or not err.unreachable:
                 raise

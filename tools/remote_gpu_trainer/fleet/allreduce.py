@@ -195,6 +195,8 @@ def allreduce_node(args: NodeInput, progress: Progress) -> NodeResult:
         log.seek(0)
         whole = log.read()
         tail = whole[-3000:]
+        if (first_error := _first_error(whole)) not in tail:  # a long C++ stack can push it out of the tail
+            tail = f"{first_error}\n…\n{tail}"
         log.close()
         out = Path(tmp)
         pids = {_rank_of(p): json.loads(p.read_text()).get("pid") for p in out.glob("rank-*.started")}
@@ -294,6 +296,15 @@ def _reference(facts: dict[str, HostFacts], backend: str, nnodes: int) -> tuple[
     return round(multi["efficiency"] * min(per_node), 2), multi["efficiency_source"]
 
 
+_EXCEPTION_LINE = re.compile(r"^\s*(?:\[[^\]]*\]\s*)?[A-Za-z_][\w.]*(?:Error|Exception|Timeout)\b:?.*$", re.M)
+
+
+def _first_error(log: str) -> str:
+    """The line that names what went wrong (the first ``SomethingError: …`` line), not a C++ stack's tail."""
+    found = _EXCEPTION_LINE.findall(log)
+    return (found[0].strip() if found else log.strip()[-300:])[:400]
+
+
 def _blame(runs: dict[str, NodeResult | HostError]) -> tuple[list[HostRun], list[str]]:
     """Per host: finished, never joined, died (a rank gone without a word: killed), failed."""
     rows, died, never, other = [], [], [], []
@@ -307,7 +318,7 @@ def _blame(runs: dict[str, NodeResult | HostError]) -> tuple[list[HostRun], list
             died.append(host)
         elif not run.started_ranks:
             rows.append(HostRun(host=host, state="never_joined", ranks=0, detail="no rank started: torchrun did "
-                                f"not get through the rendezvous. {run.stderr_tail[-300:]}"))
+                                f"not get through the rendezvous: {_first_error(run.stderr_tail)}"))
             never.append(host)
         elif run.stopped_ranks and not run.timed_out and not run.finished_ranks:
             rows.append(HostRun(host=host, state="stopped", ranks=len(run.started_ranks), detail=f"local rank(s) "

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -187,6 +188,19 @@ def connect_with_retry(name: str, port: int, wait_s: float, attempt_s: float = 1
         time.sleep(0.2)
 
 
+def _close_after_peer(conn: socket.socket, wait_s: float = 1.0) -> None:
+    """Let the worker close first. A server-side TIME_WAIT on head:port would make torchrun's TCPStore (no
+    SO_REUSEADDR) fail with EADDRINUSE for a minute after this check; a reset sent at once can reach the
+    worker before its connect() returns and read as a failure. A peer that stays silent gets the reset."""
+    try:
+        conn.settimeout(wait_s)
+        conn.recv(1)  # b"": the worker closed; we then close without leaving TIME_WAIT here
+    except OSError:
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    finally:
+        conn.close()
+
+
 class HeadListener:
     """Hold head:port open for a short while so workers can prove they reach it; reports whether the
     port was free. Binds the way torchrun's TCPStore does (all addresses, dual stack when available)."""
@@ -235,7 +249,7 @@ class HeadListener:
                 conn, peer = self._sock.accept()
             except (TimeoutError, OSError):
                 continue
-            conn.close()
+            _close_after_peer(conn)
             self.accepted.append(str(peer[0]))
         self._sock.close()
 

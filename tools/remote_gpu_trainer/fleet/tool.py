@@ -189,7 +189,9 @@ def per_host_arguments(args: PreflightInput, names: list[str], head: str, head_a
     every worker has connected, and always well inside the per-host timeout, or the head's own reply would be
     cut off by the deadline it is holding the port for."""
     window = min(CONNECT_WAIT_S, args.timeout_s / 4)
-    hold = min(window * waves(len(names), args.concurrency), args.timeout_s / 2, 60.0)
+    # Two windows more than the rounds need: a worker's own cold start (ssh handshake, Python, imports) on a
+    # loaded box can take seconds after the head's listener opened. It closes as soon as every worker came.
+    hold = min(window * (waves(len(names), args.concurrency) + 2), args.timeout_s / 2, 60.0)
     base = HostFactsInput(head_addr=head_addr, port=args.port, checkpoint_dir=args.checkpoint_dir,
                           expect_gpus=args.expect_gpus, timeout_s=min(60.0, args.timeout_s / 2),
                           connect_wait_s=max(0.5, window))

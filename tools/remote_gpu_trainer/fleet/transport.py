@@ -19,15 +19,7 @@ Result = TypeVar("Result", bound=BaseModel)
 
 
 def call_on_host(spec: ToolSpec, host: str, arguments: dict, model: type[Result], timeout_s: float) -> Result:
-    """Validate ``arguments`` here, run ``spec`` on ``host`` within ``timeout_s`` and validate the reply with
-    ``model`` (the spec's output model without the host stamp). Raises RemoteError or InputError."""
-    from ..registry import all_specs, home_of
-    from ..remote import call_remote, parse_host
-
-    if home_of(spec.name) is None:
-        all_specs()  # tells the box which module to import (it then imports only that one)
-    args = spec.validate(arguments)
-    data = call_remote(parse_host(host), spec.name, args.model_dump(mode="json"), timeout_s=timeout_s)
-    data.pop("host", None)
-    data.pop("box", None)
-    return model.model_validate(data)
+    """Run ``spec`` on ``host`` within ``timeout_s``; the reply as ``model`` (the spec's output model without
+    the host stamp, so it nests in the fleet's rows). Raises RemoteError or InputError."""
+    result = spec.call({**arguments, "host": host}, timeout_s=timeout_s)
+    return model.model_validate(result.model_dump(exclude={"host", "box"}))
