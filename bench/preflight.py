@@ -61,12 +61,15 @@ def check(hosts: list[str], fleet: Fleet, cold: bool) -> tuple[float, str, float
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cold", action="store_true", help="new ssh connections and sessions for every check")
+    parser.add_argument("--hosts", type=int, default=len(SCENARIOS), choices=range(2, len(SCENARIOS) + 1),
+                        metavar=f"2..{len(SCENARIOS)}", help="fleet size (default: all 8)")
     opts = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="rgt-bench-fleet-") as tmp:
         fleet = Fleet(Path(tmp))
         try:
-            aliases = [f"bench-{i}" for i in range(len(SCENARIOS))]
-            for alias, scenario in zip(aliases, SCENARIOS, strict=True):
+            scenarios = SCENARIOS[:opts.hosts]
+            aliases = [f"bench-{i}" for i in range(len(scenarios))]
+            for alias, scenario in zip(aliases, scenarios, strict=True):
                 fleet.add(alias, scenario=scenario)
             with fleet.environment():
                 for alias in aliases:
@@ -81,18 +84,19 @@ def main() -> None:
     cpus = os.cpu_count() or 1
     server = "OpenSSH sshd" if SSHD else "asyncssh"
     print(f"transport: real ssh client → {server} on 127.0.0.1, {'cold' if opts.cold else 'warm'} sessions")
-    print(f"single host: slowest {slowest:.2f} s, fastest {min(singles):.2f} s, sum of all 8 {sum(singles):.2f} s")
-    print(f"8 hosts:     {together:.2f} s (fleet verdict {verdict}); machine CPU used {cpu:.1f} CPU-s = "
+    n = len(singles)
+    print(f"single host: slowest {slowest:.2f} s, fastest {min(singles):.2f} s, sum of all {n} {sum(singles):.2f} s")
+    print(f"{n} hosts:     {together:.2f} s (fleet verdict {verdict}); machine CPU used {cpu:.1f} CPU-s = "
           f"{cpu / together:.2f} of {cpus} cores busy; CPU floor {cpu / cpus:.2f} s")
     ratio = together / slowest
-    print(f"ratio 8 hosts / slowest single: {ratio:.2f}x (goal <= 2x); 8 hosts / serial sum: "
+    print(f"ratio {n} hosts / slowest single: {ratio:.2f}x (goal <= 2x); {n} hosts / serial sum: "
           f"{together / sum(singles):.2f}")
     if ratio > 2:
-        print(f"MISSED: all 8 'boxes' share this machine's {cpus} CPU(s): 8 box-side runtimes each import torch in "
+        print(f"MISSED: all {n} 'boxes' share this machine's {cpus} CPU(s): {n} box-side runtimes each import torch in "
               "a child and read fake NVML at once, so CPU time, not the fleet's waiting, sets the total. On real "
               "boxes each host has its own CPUs; the serial-sum ratio shows the work overlaps.")
     else:
-        print(f"note: all 8 'boxes' share this machine's {cpus} CPU(s); on real boxes each has its own, so the "
+        print(f"note: all {n} 'boxes' share this machine's {cpus} CPU(s); on real boxes each has its own, so the "
               "ratio here is an upper bound")
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from remote_gpu_trainer import providers
+from remote_gpu_trainer.catalog import FIELDS as CATALOG_FIELDS
 from remote_gpu_trainer.providers import (
     SECTIONS,
     ProfileError,
@@ -31,7 +32,7 @@ EXPECTED = {
     "generic-ssh": "GENERIC",
     "local": "LOCAL",
 }
-FIELD_ORDER = ["Symptom", "Signature", "Root cause", "Fix", "Verify", "Tool", "Not the cause", "Sources"]
+FIELD_ORDER = list(CATALOG_FIELDS)  # the catalog parser's one list of field labels, in order
 REQUIRED_FIELDS = {"Symptom", "Root cause", "Fix", "Verify", "Sources"}
 SOURCE_LINE = re.compile(r"^- https?://\S+ \u2014 .+\(accessed (\d{4}-\d{2}-\d{2})\)$")
 
