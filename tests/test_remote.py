@@ -300,3 +300,31 @@ def test_a_slow_install_goes_on_in_the_background_and_a_later_call_reports_it(ss
         report = call("box_install", host="box-slow", wait_s=5)
     assert report.state == "ready" and "ready" in report.steps
     assert call("gpu_health", host="box-slow").host == "box-slow"
+
+
+@pytest.mark.anyio
+async def test_over_mcp_every_box_tool_of_the_issue_works_through_an_alias(ssh_fleet, client):
+    """The issue's bar, over MCP: health, port status, kill with the dry run's token, zombies, a repro and a
+    diagnosis of a log file on the box, all through one ssh alias."""
+    assert (await call_ok(client, "gpu_health", {"host": "box-a", "expect_gpus": 8}))["verdict"] == "PASS"
+    port = _free_port()
+    holder = _listener(port)
+    try:
+        status = await call_ok(client, "port_status", {"port": port, "host": "box-a"})
+        assert status["free"] is False and status["host"] == "box-a"
+        dry = await call_ok(client, "kill_port_holders", {"ports": [port], "host": "box-a"})
+        assert holder.pid in [t["pid"] for t in dry["targets"]] and holder.poll() is None
+        done = await call_ok(client, "kill_port_holders", {"ports": [port], "host": "box-a", "dry_run": False,
+                                                           "confirm_token": dry["confirm_token"]})
+        assert done["executed"] and holder.wait(timeout=10) is not None
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    zombies = await call_ok(client, "reap_vram_zombies", {"host": "box-b"})
+    assert zombies["host"] == "box-b" and zombies["dry_run"] is True
+    repro = await call_ok(client, "repro_scaler_bug", {"case": "no_inf_checks", "device": "cpu", "host": "box-b"})
+    assert repro["host"] == "box-b" and repro["reproduced"] >= 1
+    log = ssh_fleet.boxes["box-a"].home / "mcp-train.log"
+    log.write_text("[rank0]: AssertionError: No inf checks were recorded for this optimizer.\n")
+    found = await call_ok(client, "diagnose_error", {"log_path": str(log), "host": "box-a"})
+    assert found["host"] == "box-a" and found["matches"][0]["id"].startswith("AMP")
