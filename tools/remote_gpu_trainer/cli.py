@@ -122,7 +122,7 @@ def _add_spec(subparsers: Any, spec: ToolSpec, groups: dict[str, Any]) -> None:
         parser.add_argument("--host", default=os.environ.get("RGT_HOST") or None,
                             help="run on this box over ssh (an ssh alias or user@name[:port]); "
                             "default $RGT_HOST, else this machine")
-    if spec.name in ("render_launch", "render_template"):  # multi-file results (DeepSpeed: 3 files)
+    if spec.cli_write_files is not None:  # multi-file results (DeepSpeed: 3 files)
         parser.add_argument("--out", metavar="DIR", dest="command_out", help="also write the rendered files into DIR")
     parser.add_argument("--json", action="store_true", dest="as_json", help="print the result as JSON")
     parser.set_defaults(spec=spec)
@@ -163,10 +163,8 @@ def _run_spec(spec: ToolSpec, namespace: argparse.Namespace) -> int:
     except RemoteError as err:
         print(f"rgt {spec.cli}: {err}", file=sys.stderr)
         return EXIT_REMOTE_ERROR
-    if getattr(namespace, "command_out", None):
-        from .render.tool import write_files
-
-        for path in write_files(result, namespace.command_out):
+    if getattr(namespace, "command_out", None) and spec.cli_write_files is not None:
+        for path in spec.cli_write_files(result, namespace.command_out):
             print(f"wrote {path}", file=sys.stderr)
     if namespace.as_json:
         print(result.model_dump_json(indent=2))

@@ -71,9 +71,8 @@ def tool_function(spec: ToolSpec):
     params = [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)]
     result_model = spec.result_model
     annotations: dict[str, Any] = {"ctx": Context, "return": result_model}
-    fields = [(name, field.annotation, field.metadata, field) for name, field in spec.input_model.model_fields.items()]
-    for name, annotation_type, metadata, field in fields:
-        annotation = Annotated[(annotation_type, *metadata,
+    for name, field in spec.input_model.model_fields.items():
+        annotation = Annotated[(field.annotation, *field.metadata,
                                 Field(description=field.description, examples=field.examples))]
         default = inspect.Parameter.empty if field.is_required() else field.get_default(call_default_factory=True)
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default))

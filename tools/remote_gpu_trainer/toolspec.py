@@ -58,6 +58,8 @@ class ToolSpec:
     background-job mode only makes sense for a long-lived MCP server (a CLI process simply waits)."""
     cli_file_field: str | None = None
     """Text field the CLI reads from a FILE argument or stdin (``-``), e.g. a log for diagnose."""
+    cli_write_files: Callable[[Any, str], list[Any]] | None = None
+    """For tools whose result holds files (rendered configs): ``rgt … --out DIR`` writes them with this."""
     remote: bool = False
     """Machine-facing: the tool looks at or acts on a machine, so it takes an optional ``host`` (an ssh
     alias or ``user@name[:port]``) and, given one, runs on that box through the transport in

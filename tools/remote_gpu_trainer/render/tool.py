@@ -145,6 +145,7 @@ def render_launch_text(result: RenderLaunchResult) -> str:
 SPECS = [
     ToolSpec(
         name="render_template",
+        cli_write_files=write_files,
         cli="render-template",
         title="Render a box-side launcher: run_one, run_queue or health_patrol",
         description=(
@@ -166,6 +167,7 @@ SPECS = [
     ),
     ToolSpec(
         name="render_launch",
+        cli_write_files=write_files,
         remote=True,
         cli="render",
         title="Render and check a torchrun / accelerate / deepspeed launch",
