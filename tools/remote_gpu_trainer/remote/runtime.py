@@ -23,6 +23,7 @@ import re
 import tarfile
 import tomllib
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from .. import __version__
@@ -119,7 +120,7 @@ def build_wheel() -> tuple[str, bytes]:
     return wheel_name(version), buffer.getvalue()
 
 
-def dist_tarball(extra_wheels: list[Path] = ()) -> bytes:  # type: ignore[assignment]
+def dist_tarball(extra_wheels: Sequence[Path] = ()) -> bytes:
     """The wheel plus any dependency wheels, as one tar stream for ``tar -xf - -C dist``."""
     name, data = build_wheel()
     buffer = io.BytesIO()

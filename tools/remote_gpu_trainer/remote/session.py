@@ -44,7 +44,8 @@ class Session:
         self._stderr: collections.deque[str] = collections.deque(maxlen=200)
         self._next_id = 0
         threading.Thread(target=self._read_stdout, daemon=True).start()
-        threading.Thread(target=self._read_stderr, daemon=True).start()
+        self._stderr_reader = threading.Thread(target=self._read_stderr, daemon=True)
+        self._stderr_reader.start()
         self.hello = self._read_hello(deadline)
 
     def _read_stdout(self) -> None:
@@ -76,7 +77,7 @@ class Session:
             code = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             code = None
-        time.sleep(0.05)  # let the stderr reader drain the last lines
+        self._stderr_reader.join(timeout=2)  # the pipe is closed: its last lines are read
         text = self._stderr_text()
         if code == 255:
             return classify_ssh_failure(self.host, text)
