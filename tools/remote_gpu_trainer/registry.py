@@ -20,6 +20,7 @@ TOOL_MODULES = (
     "remote_gpu_trainer.memory.tool",
     "remote_gpu_trainer.render.tool",
     "remote_gpu_trainer.runs.tool",
+    "remote_gpu_trainer.runs.hang",
     "remote_gpu_trainer.idle.tool",
     "remote_gpu_trainer.remote.box",
     "remote_gpu_trainer.fleet.facts",

@@ -14,6 +14,10 @@ stall.json           supervisor   present while the run is stalled (since when, 
 stop.json            run_stop     who asked for the stop, before any signal is sent
 exit.json            supervisor   at the end: exit code or signal, end time, state, OOM evidence
 notifications.jsonl  supervisor   one line per notify command run
+stacks.json          supervisor   every rank's stack and the verdict, taken once per stall (hang.py)
+stacks/<pid>.txt     the run      each Python process's hook record and its stack dumps (stacks.py)
+rank_hook/           supervisor   the sitecustomize.py put on the run's PYTHONPATH (rank_hook/)
+flight_recorder/     the run      torch flight-recorder dumps, with run_start(flight_recorder=true)
 ==================== ============ ==============================================================
 
 JSON files are written whole to a temporary file and renamed over the old one, so a reader never
@@ -39,8 +43,9 @@ RUNS_ENV = "RGT_RUNS_DIR"
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$"
 _RUN_ID = re.compile(RUN_ID_PATTERN)
 
-META, SUPERVISOR, LOG, STALL, STOP, EXIT, NOTIFICATIONS = (
-    "meta.json", "supervisor.json", "log", "stall.json", "stop.json", "exit.json", "notifications.jsonl")
+META, SUPERVISOR, LOG, STALL, STOP, EXIT, NOTIFICATIONS, STACKS = (
+    "meta.json", "supervisor.json", "log", "stall.json", "stop.json", "exit.json", "notifications.jsonl",
+    "stacks.json")
 
 
 def runs_root() -> Path:

@@ -187,7 +187,7 @@ def git_commit(cwd: Path) -> str | None:
 
 def create_run(*, argv: list[str], cwd: Path, env_added: dict[str, str], name: str | None,
                notify: list[str] | None, gpus: list[int] | None, port: int | None, stall_after_s: float,
-               checks: dict[str, str]) -> RunDir:
+               checks: dict[str, str], rank_hook: bool = True, flight_recorder: bool = False) -> RunDir:
     """Write meta.json in a fresh run folder (mode 0700: the folder holds the run's environment)."""
     root = runs_root()
     root.mkdir(parents=True, exist_ok=True)
@@ -198,7 +198,8 @@ def create_run(*, argv: list[str], cwd: Path, env_added: dict[str, str], name: s
         "run_id": run_id, "name": name, "argv": argv, "cwd": str(cwd), "env_added": env_added,
         "notify": notify, "gpus": gpus, "port": port, "stall_after_s": stall_after_s, "boot_id": boot_id(),
         "git_commit": git_commit(cwd), "created_at": time.time(), "checks": checks,
-        "python": sys.executable, "user": os.environ.get("USER"),
+        "python": sys.executable, "user": os.environ.get("USER"), "rank_hook": rank_hook,
+        "flight_recorder": flight_recorder,
     })
     return RunDir(path)
 

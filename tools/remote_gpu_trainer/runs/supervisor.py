@@ -10,8 +10,11 @@ then on it is the only thing on the box that watches the run, so nobody needs to
 3. Every poll: note the run's processes (the training process and its descendants) and, the first
    time each is seen, the cgroups it lives in with their OOM-kill counters (``oom.py``). Watch the
    log's size: when it has not grown for ``stall_after_s`` and the GPUs the run holds are near idle
-   (on a box without NVML, log growth alone decides), write ``stall.json`` and notify ``stalled``
-   once; growth clears it and re-arms the notification.
+   (on a box without NVML, log growth alone decides), write ``stall.json``, take every rank's stack
+   once (``hang.on_stall``: grouped, ``stacks.json``) and notify ``stalled`` with that verdict; growth
+   clears it and re-arms both.
+   The run starts with the rank hook on ``PYTHONPATH`` (``hang.forensics_env``) so those stacks can be
+   read without ptrace, and with torch's flight recorder when ``run_start(flight_recorder=true)``.
 4. When the process ends: exit code or signal, OOM evidence (counter rises, kernel log lines naming
    a run pid), the end state (``states.end_state``), the first line of ``diagnose_error`` on the log
    tail for a failure; written to ``exit.json``; then notify once.
@@ -156,7 +159,10 @@ class StallWatch:
 
 
 def _start_child(run: RunDir, meta: dict[str, Any]) -> subprocess.Popen[bytes] | str:
+    from .hang import forensics_env
+
     env = {**os.environ, **meta.get("env_added", {})}
+    env.update(forensics_env(run, meta, env))
     fd = os.open(run.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         return subprocess.Popen(meta["argv"], cwd=meta.get("cwd"), env=env, stdin=subprocess.DEVNULL, stdout=fd,
@@ -175,6 +181,13 @@ def _finish(run: RunDir, meta: dict[str, Any], record: dict[str, Any]) -> None:
     run.file(STALL).unlink(missing_ok=True)
     if meta.get("notify"):
         notify(run, meta["notify"], record["state"], record.get("diagnosis_first_line", ""))
+
+
+def stall_forensics(run: RunDir) -> str:
+    """Once per stall: every rank's stack, grouped, kept in ``stacks.json``; the one-line verdict (``hang.py``)."""
+    from .hang import on_stall
+
+    return on_stall(run)
 
 
 def _in_group(pid: int, pgid: int) -> bool:
@@ -200,8 +213,10 @@ def supervise(run: RunDir) -> int:
     interval = poll_interval(stall.after_s)
     while True:
         live = watch.sample()
-        if stall.check(live) and meta.get("notify"):
-            notify(run, meta["notify"], "stalled", (run.read(STALL) or {}).get("detail", ""))
+        if stall.check(live):
+            verdict = stall_forensics(run)
+            if meta.get("notify"):
+                notify(run, meta["notify"], "stalled", f"{verdict} — {(run.read(STALL) or {}).get('detail', '')}")
         try:
             child.wait(timeout=interval)
             break

@@ -27,8 +27,10 @@ from ..processes.snapshot import ZOMBIE, ProcessTable, read_start_ticks, snapsho
 from ..tables import format_table, gib
 from ..toolspec import Progress, ToolSpec
 from . import start as starting
-from .gpu import GpuUse, run_gpu_use
+from .gpu import GpuUse, default_backend, run_gpu_use
+from .hang import HangSummary, hang_summary
 from .ledger import EXIT, RUN_ID_PATTERN, STOP, SUPERVISOR, RunDir, list_runs, run_dir, write_json
+from .placement import Placement, gpu_placement, placement_text, ranks_of
 from .progress import Progress as TrainingProgress
 from .progress import progress_of, read_tail
 from .states import ENDED, State, classify, signal_name
@@ -73,6 +75,12 @@ class RunStartInput(StrictModel):
     skip_checks: list[Check] = Field(default_factory=list, description="Quick checks not to run: port, gpus, disk")
     min_free_disk_gib: float = Field(1.0, ge=0, le=100000, description="Free space needed on cwd and the runs "
                                      "directory")
+    flight_recorder: bool = Field(False, description="Switch on torch's flight recorder (TORCH_FR_BUFFER_SIZE=2000) "
+                                  "with dumps in the run folder, so a stall or a collective timeout reports "
+                                  "mismatched collectives (sequence numbers, sizes, ranks that never entered)")
+    rank_hook: bool = Field(True, description="Put the rank hook (a sitecustomize.py that chains to yours) on the "
+                            "run's PYTHONPATH so run_stacks can read every rank's stack with a signal instead of "
+                            "ptrace; false leaves the environment untouched")
 
     @model_validator(mode="after")
     def _one_command(self) -> RunStartInput:
@@ -129,7 +137,8 @@ def run_start(args: RunStartInput, progress: Progress) -> RunStarted:
         checks["disk"] = starting.check_disk([cwd, root], args.min_free_disk_gib)
     progress(1, 3, "starting the supervisor")
     run = starting.create_run(argv=argv, cwd=cwd, env_added=env, name=args.name, notify=args.notify, gpus=gpus,
-                              port=port, stall_after_s=args.stall_after_s, checks=checks)
+                              port=port, stall_after_s=args.stall_after_s, checks=checks, rank_hook=args.rank_hook,
+                              flight_recorder=args.flight_recorder)
     starting.launch_supervisor(run)
     meta = starting.wait_started(run)
     status = classify(run)
@@ -255,6 +264,10 @@ class RunStatus(StrictModel):
                                           "entries for the log tail")
     oom: dict[str, Any] | None = Field(None, description="OOM evidence the supervisor gathered at the end")
     notifications: list[Notification] = Field(default_factory=list)
+    hang: HangSummary | None = Field(None, description="Stalled or ended: which rank was odd and where (the stacks "
+                                     "the supervisor took at the stall), and torchrun's first failure")
+    placement: Placement | None = Field(None, description="NVML: each rank's GPUs, GPUs shared by two ranks, visible "
+                                        "GPUs no rank uses, how busy each is")
     next_step: str
     entry: EntryRef | None = Field(None, description="The catalog entry explaining this state")
 
@@ -272,8 +285,9 @@ def _diagnosis(run: RunDir) -> list[DiagnosisRow]:
 NEXT_STEP = {
     "starting": "Check again in a few seconds.",
     "running": "Check again later; run_logs shows the output.",
-    "stalled": "Look at the end of the log (run_logs) and py-spy dump the ranks: a hang in a collective or the "
-               "data loader is typical (MON-14). Stop it with run_stop if it does not recover.",
+    "stalled": "hang says which rank was odd and where when the stall began; run_stacks takes every rank's stack "
+               "again now, and run_logs shows the end of the log (MON-14). Stop it with run_stop if it does not "
+               "recover.",
     "succeeded": "Collect the results; nothing holds the GPUs any more.",
     "failed": "Read the diagnosis and the log tail (run_logs), fix, start again.",
     "killed": "Ended by a signal: if nobody stopped it on purpose, check who could have, and the kernel log "
@@ -298,7 +312,9 @@ def run_status(args: RunStatusInput, progress: Progress) -> RunStatus:
     except OSError:
         size = idle = None
     pids = run_pids(run, meta)
-    gpu_rows, gpu_note = run_gpu_use(set(pids)) if pids else ([], None)
+    backend = default_backend() if pids else None
+    gpu_rows, gpu_note = run_gpu_use(set(pids), backend) if pids else ([], None)
+    placement = gpu_placement(*ranks_of(pids), backend) if pids else None
     started, end = meta.get("started_at"), ended.get("ended_at")
     runtime = (end or time.time()) - started if started else None
     notes = [Notification(**{k: n.get(k) for k in Notification.model_fields}) for n in run.notifications()
@@ -311,7 +327,8 @@ def run_status(args: RunStatusInput, progress: Progress) -> RunStatus:
         log_idle_s=round(idle, 1) if idle is not None else None, stall_after_s=meta.get("stall_after_s"),
         progress=progress_of(run.log), processes=describe_processes(pids), gpu=gpu_rows, gpu_note=gpu_note,
         diagnosis=_diagnosis(run) if status.state in ("failed", "oom_killed", "lost") else [],
-        oom=ended.get("oom"), notifications=notes, next_step=NEXT_STEP.get(status.state, ""),
+        oom=ended.get("oom"), notifications=notes, next_step=NEXT_STEP.get(status.state, ""), placement=placement,
+        hang=hang_summary(run, status.state, read_tail(run.log, 64 * 1024)[0]),
         entry=EntryRef(file="references/monitoring_patterns.md", id=ENTRY_OF_STATE[status.state])
         if status.state in ENTRY_OF_STATE else None)
 
@@ -344,9 +361,14 @@ def render_status(status: RunStatus) -> str:
         lines.append("progress: " + " · ".join(x for x in parts if x))
     if status.processes:
         lines.append(f"processes: {len(status.processes)} ({', '.join(str(r.pid) for r in status.processes[:8])})")
-    for row in status.gpu:
-        util = f", GPU {row.gpu_util_percent} % busy" if row.gpu_util_percent is not None else ""
-        lines.append(f"GPU {row.gpu}: pid {row.pid} holds {gib(row.used_bytes, 1)}{util}")
+    if status.placement and status.placement.gpus:
+        lines += placement_text(status.placement)
+    else:
+        for row in status.gpu:
+            util = f", GPU {row.gpu_util_percent} % busy" if row.gpu_util_percent is not None else ""
+            lines.append(f"GPU {row.gpu}: pid {row.pid} holds {gib(row.used_bytes, 1)}{util}")
+    if status.hang:
+        lines.append(f"ranks: {status.hang.verdict}")
     for d in status.diagnosis[:3]:
         lines.append(f"diagnosis: {d.id} — {d.title} ({d.evidence}): {d.short_fix}")
     for n in status.notifications:
