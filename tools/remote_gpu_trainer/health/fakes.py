@@ -355,6 +355,19 @@ def busy_box() -> Scenario:
                      gpus)
 
 
+def shared_gpu(pids: tuple[int, int, int] = (7101, 7102, 7103)) -> Scenario:
+    """Four GPUs, three training processes: the first two on GPU 0 (every rank on cuda:0), the third on
+    GPU 1, GPUs 2 and 3 idle. ``pids`` lets a test put its own processes there."""
+    first, second, third = pids
+    gpus = [h100(0, utilization_gpu=99, memory=Memory(80 * GIB, 41 * GIB, 600 << 20),
+                 processes=(GpuProcess(first, 20 * GIB, ("compute",)), GpuProcess(second, 20 * GIB, ("compute",)))),
+            h100(1, utilization_gpu=96, memory=Memory(80 * GIB, 21 * GIB, 600 << 20),
+                 processes=(GpuProcess(third, 20 * GIB, ("compute",)),)),
+            h100(2), h100(3)]
+    return _scenario("shared-gpu-4xh100", "4× H100: two training processes on GPU 0, one on GPU 1, GPUs 2-3 idle",
+                     gpus)
+
+
 SCENARIOS: dict[str, Callable[[], Scenario]] = {
     "healthy-8xh100": healthy,
     "driver-535-8xh100": driver_535,
@@ -374,6 +387,7 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
     "zombie-orphan-namespaced": zombie_orphan_namespaced,
     "idle-8xh100": idle_box,
     "busy-8xh100": busy_box,
+    "shared-gpu-4xh100": shared_gpu,
 }
 
 

@@ -235,7 +235,8 @@ def _summary(mismatches: list[Mismatch], never: list[NeverEntered], no_dump: lis
         odd = "; ".join(f"{_ranks_text(ranks)} {value}" for value, ranks in sides)
         parts.append(f"collective #{first.seq} differs in {first.aspect}: {odd}")
     for item in never[:2]:
-        parts.append(f"{_ranks_text(item.missing)} never entered collective #{item.seq} ({item.op} {item.sizes}) "
+        what = item.op if item.sizes in ("[]", "null") else f"{item.op} {item.sizes}"
+        parts.append(f"{_ranks_text(item.missing)} never entered collective #{item.seq} ({what}) "
                      f"that {_ranks_text(item.entered)} entered")
     if no_dump:
         parts.append(f"no dump from {_ranks_text(no_dump)} (it died or was stopped before writing one)")

@@ -39,7 +39,7 @@ from ..models import EntryRef, StrictModel
 from ..toolspec import Progress, ToolSpec
 from .flight import FOLDER as FLIGHT_FOLDER
 from .flight import FlightReport, flight_report, recorder_env, request_dumps, wait_dumps
-from .ledger import RUN_ID_PATTERN, STACKS, RunDir, run_dir
+from .ledger import RUN_ID_PATTERN, STACKS, STALL, RunDir, run_dir
 from .stacks import Frame, ProcessStacks, collect, hook_env
 
 _STDLIB = re.compile(r"/lib/python3\.\d+/|^<frozen ")
@@ -426,6 +426,9 @@ class HangSummary(StrictModel):
 def hang_summary(run: RunDir, state: str, log_tail: str) -> HangSummary | None:
     """For a stalled or ended run: the stall verdict the supervisor kept, and torchrun's root cause."""
     stored = stored_report(run) if state not in ("starting", "running") else None
+    stall = run.read(STALL) if state == "stalled" else None
+    if stored is not None and stall is not None and (stored.taken_at or 0) < float(stall.get("detected_at", 0)):
+        stored = None  # taken at an earlier stall; the supervisor is taking this one's now
     root = torchrun_root_cause(log_tail) if state in ("failed", "killed", "oom_killed") else None
     if stored is None and root is None:
         return None

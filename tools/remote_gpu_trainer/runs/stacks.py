@@ -294,8 +294,8 @@ def _read_from(path: Path, offset: int) -> str:
 
 def _py_spy(binary: str, pid: int, timeout_s: float) -> tuple[str, str | None]:
     try:
-        out = subprocess.run([binary, "dump", "--nonblocking", "--full-filenames", "--pid", str(pid)], capture_output=True, text=True,
-                             timeout=timeout_s, stdin=subprocess.DEVNULL)
+        out = subprocess.run([binary, "dump", "--nonblocking", "--full-filenames", "--pid", str(pid)],
+                             capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return "", f"py-spy timed out after {timeout_s:g} s"
     except OSError as err:
@@ -312,10 +312,31 @@ def _same(a: list[ThreadStack], b: list[ThreadStack]) -> bool:
     return main_a == main_b
 
 
+def prune(stacks_dir: Path) -> int:
+    """Remove the files of processes that are gone and never dumped (the hook removes its own at a normal
+    exit; a forked DataLoader worker ends with ``os._exit`` and cannot). Returns how many went."""
+    removed = 0
+    for path in stacks_dir.glob("*.txt"):
+        pid = int(path.stem) if path.stem.isdigit() else None
+        try:
+            if pid is None or path.stat().st_size > 4096:
+                continue
+            record = read_record(path)
+            alive = record is not None and read_start_ticks(pid) == record.get("start_ticks")
+            if not alive and "#rgt-sample" not in path.read_text(errors="replace"):
+                path.unlink()
+                removed += 1
+        except OSError:
+            continue
+    return removed
+
+
 def collect(pids: list[int], stacks_dir: Path | None, *, samples: int = 3, interval_s: float = 0.25,
             timeout_s: float = 5.0, use_py_spy: bool = True) -> list[ProcessStacks]:
     """Stacks of every process in ``pids`` (see the module docstring); gone processes are left out."""
     deadline = time.monotonic() + timeout_s
+    if stacks_dir is not None:
+        prune(stacks_dir)
     targets = [t for t in (describe(pid, stacks_dir) for pid in pids) if t is not None]
     armed = [t for t in targets if t.record is not None and stacks_dir is not None]
     history: dict[int, list[list[ThreadStack]]] = {t.pid: [] for t in targets}

@@ -39,6 +39,7 @@ def _start_ticks():
 
 
 def _arm_stacks(folder, signum, forked):
+    import atexit
     import faulthandler
     import json
     import threading
@@ -48,10 +49,25 @@ def _arm_stacks(folder, signum, forked):
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK"):
         if name in os.environ:
             record[name.lower()] = os.environ[name]
-    handle = open(os.path.join(folder, f"{os.getpid()}.txt"), "a")  # noqa: SIM115 (faulthandler keeps it open)
+    path = os.path.join(folder, f"{os.getpid()}.txt")
+    handle = open(path, "a")  # noqa: SIM115 (faulthandler keeps it open)
+    # Handler first, record second: a sampler signals only a pid whose record it has read, so once the
+    # record is there the handler writes here (a forked child until now still had its parent's file).
+    faulthandler.register(signum, file=handle, all_threads=True, chain=False)
     handle.write("#rgt " + json.dumps(record) + "\n")
     handle.flush()
-    faulthandler.register(signum, file=handle, all_threads=True, chain=False)
+    atexit.register(_drop_if_unused, path, os.getpid(), handle.tell())
+
+
+def _drop_if_unused(path, pid, size):
+    """At exit, remove the file when it holds only the record (no dump was ever asked for), so short-lived
+    processes leave nothing behind. A forked child inherits this call; the pid check keeps it off the
+    parent's file."""
+    try:
+        if os.getpid() == pid and os.path.getsize(path) == size:
+            os.remove(path)
+    except OSError:
+        pass
 
 
 def _fr_dump(folder, why):
