@@ -153,6 +153,11 @@ class RootCause(StrictModel):
     stopped_after: list[int] = Field(default_factory=list, description="Ranks torchrun stopped after it (SIGTERM)")
     text: str
 
+    @property
+    def entry_id(self) -> str:
+        """A signal with no traceback (MON-06 decodes it), else the error further up the log (DIST-27)."""
+        return "MON-06" if self.signal else "DIST-27"
+
 
 class HangReport(StrictModel):
     run_id: str | None = None
@@ -240,18 +245,17 @@ def judge(processes: list[ProcessStacks], *, log_grew: bool | None = None, fligh
     flight_part = f"; flight recorder: {flight.summary}" if flight and (flight.mismatches or flight.never_entered) \
         else ""
     if root_cause is not None and not units:
-        ref, title = _entry("MON-06" if root_cause.signal else "DIST-27")
-        return _report(processes, root_cause.text + flight_part, "ended", ref, title, root_cause=root_cause,
-                       flight=flight, odd=[root_cause.rank] if root_cause.rank is not None else [])
+        return _report(processes, root_cause.text + flight_part, "ended", root_cause.entry_id, root_cause=root_cause,
+                       flight_recorder=flight, odd_ranks=[root_cause.rank] if root_cause.rank is not None else [])
     if not answered:
         why = units[0].error if units else "no process of the run is left"
-        return _report(processes, f"no stacks: {why}", "no_stacks", None, None, flight=flight, gone=gone)
+        return _report(processes, f"no stacks: {why}", "no_stacks", None, flight_recorder=flight, gone=gone)
     moving = all(u.moving for u in answered)
     if (log_grew or moving) and not gone and len(answered) == len(units):
         why = "the log grew while sampling" if log_grew else "every stack changed between samples"
         return _report(processes, f"all {len(units)} {'ranks' if units[0].rank is not None else 'processes'} "
-                                  f"progressing ({why}), nothing odd{flight_part}", "progressing", None, None,
-                       flight=flight)
+                                  f"progressing ({why}), nothing odd{flight_part}", "progressing", None,
+                       flight_recorder=flight)
     buckets: dict[tuple[Any, ...], list[ProcessStacks]] = {}
     places: dict[tuple[Any, ...], tuple[Place, str | None]] = {}
     for unit in units:
@@ -293,17 +297,16 @@ def judge(processes: list[ProcessStacks], *, log_grew: bool | None = None, fligh
         finding = "rank_gone" if gone and not odd else "odd_ranks"
     if root_cause is not None:
         parts.append(root_cause.text)
-    ref, title = _entry(entry_id)
     odd_ranks = sorted({r for g in odd for r in g.ranks} | set(gone))
-    return _report(processes, "; ".join(parts) + flight_part, finding, ref, title, groups=groups, odd=odd_ranks,
+    return _report(processes, "; ".join(parts) + flight_part, finding, entry_id, groups=groups, odd_ranks=odd_ranks,
                    collective=majority.activity if majority.kind == "collective" else None, gone=gone,
-                   flight=flight, root_cause=root_cause)
+                   flight_recorder=flight, root_cause=root_cause)
 
 
 def _entry_for(majority: RankGroup, odd: list[RankGroup], gone: list[int], flight: FlightReport | None,
                root_cause: RootCause | None) -> str | None:
     if root_cause is not None:
-        return "MON-06" if root_cause.signal else "DIST-27"
+        return root_cause.entry_id
     if flight is not None and flight.mismatches:
         return "DIST-13"
     if odd:
@@ -316,14 +319,14 @@ def _entry_for(majority: RankGroup, odd: list[RankGroup], gone: list[int], fligh
     return None
 
 
-def _report(processes: list[ProcessStacks], verdict: str, finding: str, entry: EntryRef | None,
-            title: str | None, **fields: Any) -> HangReport:
-    odd = fields.pop("odd", [])
-    fields["flight_recorder"] = fields.pop("flight", None)
+def _report(processes: list[ProcessStacks], verdict: str, finding: str, entry_id: str | None,
+            **fields: Any) -> HangReport:
+    """The report, its verdict ending with the entry ID and the entry's title read through the catalog."""
+    entry, title = _entry(entry_id)
     if entry is not None:
         verdict = f"{verdict} ({entry.id})"
     mechanisms = sorted({p.mechanism for p in processes if p.mechanism})
-    return HangReport(verdict=verdict, finding=finding, odd_ranks=odd, entry=entry, entry_title=title,  # type: ignore[arg-type]
+    return HangReport(verdict=verdict, finding=finding, entry=entry, entry_title=title,  # type: ignore[arg-type]
                       processes=processes, mechanism=", ".join(mechanisms) or "none", **fields)
 
 
@@ -407,7 +410,20 @@ def investigate_run(run: RunDir, *, samples: int = 3, interval_s: float = 0.25, 
     report = judge(processes, log_grew=grew, flight=flight, root_cause=root)
     report.run_id, report.taken_at, report.took_s = run.run_id, time.time(), round(time.monotonic() - started, 3)
     report.next_step = _next_step(report, run.run_id)
+    quiet = _log_quiet_s(run)
+    if report.finding in ("odd_ranks", "all_waiting") and quiet is not None and quiet < float(
+            meta.get("stall_after_s", 900)) and not run.file(STALL).exists():
+        report.next_step = (f"The log moved {quiet:.0f} s ago and the run is not stalled: this may be one moment "
+                            "of a slow step. Sample again (more samples, a longer interval_s) or wait for a stall. "
+                            + report.next_step)
     return report
+
+
+def _log_quiet_s(run: RunDir) -> float | None:
+    try:
+        return max(0.0, time.time() - run.log.stat().st_mtime)
+    except OSError:
+        return None
 
 
 class HangSummary(StrictModel):
@@ -434,7 +450,7 @@ def hang_summary(run: RunDir, state: str, log_tail: str) -> HangSummary | None:
         return None
     if stored is None:
         assert root is not None
-        ref, _title = _entry("MON-06" if root.signal else "DIST-27")
+        ref, _title = _entry(root.entry_id)
         return HangSummary(verdict=root.text, finding="ended", odd_ranks=[root.rank] if root.rank is not None else [],
                            entry=ref)
     verdict = stored.verdict if root is None else f"at the stall: {stored.verdict}; at the end: {root.text}"
