@@ -333,6 +333,19 @@ def test_run_status_maps_real_rank_processes_through_the_fake(tmp_path, monkeypa
         os.killpg(started.pid, signal.SIGKILL)
 
 
+def test_forensics_env_arms_the_hook_unless_turned_off(tmp_path):
+    from remote_gpu_trainer.runs.hang import forensics_env
+    from remote_gpu_trainer.runs.ledger import RunDir
+
+    run = RunDir(tmp_path)
+    armed = forensics_env(run, {}, {"PYTHONPATH": "/mine"})
+    assert armed["PYTHONPATH"] == f"{tmp_path / 'rank_hook'}{os.pathsep}/mine" and "RGT_FR_DIR" not in armed
+    assert (tmp_path / "rank_hook" / "sitecustomize.py").is_file()
+    assert forensics_env(run, {"rank_hook": False}, {}) == {}
+    recorder = forensics_env(run, {"rank_hook": False, "flight_recorder": True}, {})
+    assert recorder["TORCH_FR_BUFFER_SIZE"] == "2000" and "PYTHONPATH" not in recorder
+
+
 def test_run_stacks_input_needs_exactly_one_target():
     from remote_gpu_trainer.errors import InputError
 

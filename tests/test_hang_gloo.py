@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -21,6 +23,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from remote_gpu_trainer.processes.snapshot import ProcessTable
 from remote_gpu_trainer.registry import all_specs
 
 pytestmark = pytest.mark.slow
@@ -191,3 +194,27 @@ def test_healthy_run_is_progressing_and_keeps_running_after_sampling(runs):
     assert after.state == "running" and after.hang is None
     assert sorted(p.pid for p in report.processes if p.role == "rank") == ranks
     assert all(psutil.Process(pid).status() not in ("stopped", "zombie") for pid in ranks)
+
+
+@pytest.mark.skipif(shutil.which("py-spy") is None, reason="py-spy not installed (pip install py-spy)")
+def test_a_job_started_by_hand_is_read_with_py_spy(tmp_path):
+    """No rank hook: the pid of a torchrun the user started; py-spy reads each rank without stopping it."""
+    job = subprocess.Popen(torchrun("stuck"), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, start_new_session=True)
+    try:
+        end = time.monotonic() + 120
+        report = call("run_stacks", pid=job.pid, samples=2)
+        while report.finding != "odd_ranks" and time.monotonic() < end:
+            time.sleep(1)
+            report = call("run_stacks", pid=job.pid, samples=2)
+        print(f"\npid {job.pid}: {report.verdict}")
+        assert report.verdict == (f"ranks 0–2 wait in `all_reduce` at {site('grads')}; rank 3 is in `slow_io` at "
+                                  f"{site('slow_io')} (DIST-14)")
+        assert {p.mechanism for p in report.processes if p.role == "rank"} == {"py-spy"}
+    finally:
+        for pid in reversed([job.pid, *ProcessTable.read().descendants(job.pid)]):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        job.wait()

@@ -574,7 +574,8 @@ def render_stacks(report: HangReport) -> str:
                     lines.append(f"    pid {pid}: {_frames_line(proc.main_frames)}")
     if report.flight_recorder:
         lines.append(f"flight recorder: {report.flight_recorder.summary}")
-    silent = [p for p in report.processes if p.error and p.role in ("rank", "worker", "process")]
+    silent = [p for p in report.processes if p.error and p.error != "not a Python process"
+              and p.role in ("rank", "worker", "process")]
     for proc in silent[:4]:
         lines.append(f"pid {proc.pid} ({proc.role}): {proc.error}")
     took = f" in {report.took_s:.2f} s" if report.took_s is not None else ""

@@ -352,7 +352,7 @@ def collect(pids: list[int], stacks_dir: Path | None, *, samples: int = 3, inter
             time.sleep(interval_s)
     for target in armed:
         target.stacks.mechanism = "signal"
-    rest = [t for t in targets if not history[t.pid] and t.stacks.role != "launcher"]
+    rest = [t for t in targets if not history[t.pid] and t.stacks.role != "launcher" and is_python(t.pid)]
     binary = py_spy_path() if use_py_spy and rest else None
     if binary:
         left = max(1.0, deadline - time.monotonic())
@@ -382,7 +382,17 @@ def collect(pids: list[int], stacks_dir: Path | None, *, samples: int = 3, inter
     return [t.stacks for t in targets]
 
 
+def is_python(pid: int) -> bool:
+    """The executable is a Python interpreter (``/proc/<pid>/exe``): py-spy has nothing to read elsewhere."""
+    try:
+        return os.path.basename(os.readlink(f"/proc/{pid}/exe")).startswith(("python", "pypy"))
+    except OSError:
+        return False
+
+
 def _why_silent(target: Target, stacks_dir: Path | None, tried_py_spy: bool) -> str:
+    if target.record is None and not is_python(target.pid):
+        return "not a Python process"
     if target.record is not None:
         status = target.stacks.status
         if status in ("disk-sleep", "stopped", "tracing-stop"):
@@ -390,7 +400,6 @@ def _why_silent(target: Target, stacks_dir: Path | None, tried_py_spy: bool) -> 
         if not signal_caught(target.pid, stacks_signal()):
             return "its stack signal handler was replaced by the program, so it was not signalled"
         return "signalled but it did not answer in time"
-    where = "not started by run_start" if stacks_dir is None else "the rank hook did not arm it (python -I/-E/-S, " \
-        "or not Python)"
+    where = "not started by run_start" if stacks_dir is None else "the rank hook did not arm it (python -I/-E/-S)"
     return f"{where}; py-spy " + ("could not read it either" if tried_py_spy else "is not installed (pip install "
                                                                                   "py-spy) to read it")
