@@ -126,7 +126,7 @@ def test_rank_that_skips_an_all_reduce_is_named_and_the_others_collective_given(
     assert status.hang.verdict == (f"ranks 0, 1, 3 wait in `all_reduce` at {site('metric')}; rank 2 waits in "
                                    f"`barrier` at {site('barrier')} (DIST-13)")
     assert (status.hang.odd_ranks, status.hang.collective, status.hang.entry.id) == ([2], "all_reduce", "DIST-13")
-    assert f"ranks: {status.hang.verdict}" in TOOLS["run_status"].render_text(status)
+    assert f"where: {status.hang.verdict}" in TOOLS["run_status"].render_text(status)
 
 
 def test_rank_stuck_in_getitem_is_named_with_its_workers_line_and_notified(runs):

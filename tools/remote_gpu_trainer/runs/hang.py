@@ -316,7 +316,7 @@ def _entry_for(majority: RankGroup, odd: list[RankGroup], gone: list[int], fligh
         return "DIST-12"
     if majority.kind == "data":
         return "DATA-11"
-    return None
+    return None if majority.kind == "collective" else "MON-14"
 
 
 def _report(processes: list[ProcessStacks], verdict: str, finding: str, entry_id: str | None,

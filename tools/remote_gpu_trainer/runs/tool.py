@@ -368,7 +368,7 @@ def render_status(status: RunStatus) -> str:
             util = f", GPU {row.gpu_util_percent} % busy" if row.gpu_util_percent is not None else ""
             lines.append(f"GPU {row.gpu}: pid {row.pid} holds {gib(row.used_bytes, 1)}{util}")
     if status.hang:
-        lines.append(f"ranks: {status.hang.verdict}")
+        lines.append(f"where: {status.hang.verdict}")
     for d in status.diagnosis[:3]:
         lines.append(f"diagnosis: {d.id} — {d.title} ({d.evidence}): {d.short_fix}")
     for n in status.notifications:
