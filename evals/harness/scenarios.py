@@ -32,6 +32,7 @@ import io
 import json
 import os
 import queue
+import re
 import shutil
 import signal
 import socket
@@ -371,11 +372,12 @@ def judge(entry_id: str, module: ModuleType, broken: Run, fixed: Run) -> Outcome
                    reports_failure=True)
 
 
-def _gist(outputs: list[str], limit: int = 110) -> str:
-    """The last non-empty line of each rank's output, shortened (identical lines once)."""
-    lines = []
+def _gist(outputs: list[str], limit: int = 140) -> str:
+    """The last two lines of each rank's output (``[exit N]`` left out), shortened, identical ones once."""
+    lines: list[str] = []
     for out in outputs:
-        last = next((ln.strip() for ln in reversed(out.splitlines()) if ln.strip()), "(nothing)")
+        said = [ln.strip() for ln in out.splitlines() if ln.strip() and not re.fullmatch(r"\[exit \d+\]", ln.strip())]
+        last = " / ".join(said[-2:]) or "(nothing)"
         if last not in lines:
             lines.append(last)
     text = " | ".join(lines)

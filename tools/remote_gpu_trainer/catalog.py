@@ -177,7 +177,9 @@ class Claim:
         """Whether the tool's ``actual`` value bears the claim out."""
         if self.op == "contains":
             return isinstance(actual, str) and str(self.value) in actual
-        if isinstance(self.value, bool) or self.value is None or isinstance(self.value, str):
+        if isinstance(self.value, bool) or self.value is None:
+            return actual is self.value  # 0 is not false, "" is not null
+        if isinstance(self.value, str):
             return actual == self.value
         if isinstance(actual, bool) or not isinstance(actual, int | float):
             return False

@@ -1,0 +1,42 @@
+"""DATA-04's interpreter half: what each Python prints when a worker's arguments cannot be pickled.
+
+    python3.X evals/repros/pickle_errors.py
+
+Standard library only, so it runs under every Python on the machine (tests/test_repro_pythons.py runs
+it under each one it finds): ``pickle.dumps`` of a lambda and of a function defined inside another, and
+a ``multiprocessing`` ``spawn`` Process started with each (what a DataLoader worker start does). Every
+text is held against DATA-04's signatures with the catalog parser; a wording no signature matches fails.
+"""
+
+import multiprocessing
+import pickle
+import sys
+
+from _catalog_check import check, exception_text, summary
+
+LAMBDA = lambda batch: batch  # noqa: E731 - the module-level lambda users pass as collate_fn
+
+
+def _failure(start) -> str:
+    try:
+        start()
+    except Exception as exc:  # the text is what the case is about
+        return exception_text(exc)
+    return "(no exception)"
+
+
+def main() -> None:
+    def collate(batch):  # a function defined inside a function: pickled by a name that does not resolve
+        return batch
+
+    spawn = multiprocessing.get_context("spawn")
+    for name, fn in (("lambda", LAMBDA), ("local function", collate)):
+        check("DATA-04", f"pickle.dumps({name})", _failure(lambda fn=fn: pickle.dumps(fn)))
+        check("DATA-04", f"spawn Process({name})",
+              _failure(lambda fn=fn: spawn.Process(target=fn, args=(1,)).start()))
+
+
+if __name__ == "__main__":
+    print(f"python {sys.version.split()[0]}")
+    main()
+    raise SystemExit(summary())
