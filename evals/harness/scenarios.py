@@ -33,6 +33,7 @@ import json
 import os
 import queue
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -110,6 +111,14 @@ class Case:
             except Exception as exc:  # what the Verify printed is the result, failures included
                 print(exception_line(exc))
         return buf.getvalue()
+
+    def python_c(self, command: str) -> str:
+        """Run a Verify's ``python -c "…"`` one-liner here: the same code, in this process (torch is
+        already imported, which saves a start-up per run), in ``tmp``; returns what it printed."""
+        argv = shlex.split(command)
+        if len(argv) != 3 or not argv[0].startswith("python") or argv[1] != "-c":
+            raise ValueError(f"not a python -c one-liner: {command!r}")
+        return self.exec(argv[2], {"__name__": "__main__"})
 
     def shell(self, script: str, env: dict[str, str] | None = None, timeout: float = 60.0,
               cwd: Path | None = None) -> str:
