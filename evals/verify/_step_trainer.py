@@ -11,6 +11,7 @@ import itertools
 import os
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -42,5 +43,5 @@ def save_checkpoint(step: int) -> None:
 
 
 loop = "for step, batch in loader:\n    train_step(batch)\n"
-exec(open(sys.argv[1]).read() if len(sys.argv) > 1 else loop)
+exec(Path(sys.argv[1]).read_text() if len(sys.argv) > 1 else loop)
 dist.destroy_process_group()
