@@ -83,15 +83,17 @@ class Case:
     """(entry, field, role) of every piece of entry code the run took, for the report."""
 
     def code(self, field_name: str, contains: str = "", *, role: str = "verify", entry: str = "") -> str:
-        """The one piece of code in ``field_name`` (a fenced block or a code span) that contains
-        ``contains``, exactly as the entry shows it. ``entry`` takes it from another entry (a Verify
+        """The one piece of code in ``field_name`` (a fenced block or a code span) that is ``contains``
+        or contains it, exactly as the entry shows it. ``entry`` takes it from another entry (a Verify
         that runs the handler another entry's Fix shows). Raises when none or several match, so a
         rewrite of the entry cannot silently change what runs."""
         if role not in ROLES:
             raise ValueError(f"role is one of {ROLES}")
         source = self.entry if not entry else _catalog().load_catalog(Path(self.entry_root)).entry(entry)
         text = {"Fix": source.fix, "Verify": source.verify, "Root cause": source.root_cause}[field_name]
-        pieces = [code for _, code in _catalog().code_blocks(text) if contains in code]
+        every = [code for _, code in _catalog().code_blocks(text)]
+        exact = [code for code in every if code.strip() == contains]
+        pieces = exact if len(exact) == 1 else [code for code in every if contains in code]
         if len(pieces) != 1:
             raise LookupError(f"{source.id} {field_name}: {len(pieces)} pieces of code contain {contains!r}")
         self.used.add((source.id, field_name, role))
