@@ -115,12 +115,18 @@ class Case:
         return buf.getvalue()
 
     def python_c(self, command: str) -> str:
-        """Run a Verify's ``python -c "…"`` one-liner here: the same code, in this process (torch is
-        already imported, which saves a start-up per run), in ``tmp``; returns what it printed."""
+        """Run a Verify's ``python -c "…" [args]`` one-liner here: the same code, in this process (torch
+        is already imported, which saves a start-up per run), in ``tmp``, with ``sys.argv`` as Python
+        would set it; returns what it printed."""
         argv = shlex.split(command)
-        if len(argv) != 3 or not argv[0].startswith("python") or argv[1] != "-c":
+        if len(argv) < 3 or not argv[0].startswith("python") or argv[1] != "-c":
             raise ValueError(f"not a python -c one-liner: {command!r}")
-        return self.exec(argv[2], {"__name__": "__main__"})
+        saved = sys.argv
+        sys.argv = ["-c", *argv[3:]]
+        try:
+            return self.exec(argv[2], {"__name__": "__main__"})
+        finally:
+            sys.argv = saved
 
     def shell(self, script: str, env: dict[str, str] | None = None, timeout: float = 60.0,
               cwd: Path | None = None) -> str:
