@@ -12,17 +12,9 @@ import multiprocessing
 import pickle
 import sys
 
-from _catalog_check import check, exception_text, summary
+from _catalog_check import check, raised, summary
 
 LAMBDA = lambda batch: batch  # noqa: E731 - the module-level lambda users pass as collate_fn
-
-
-def _failure(start) -> str:
-    try:
-        start()
-    except Exception as exc:  # the text is what the case is about
-        return exception_text(exc)
-    return "(no exception)"
 
 
 def main() -> None:
@@ -31,9 +23,9 @@ def main() -> None:
 
     spawn = multiprocessing.get_context("spawn")
     for name, fn in (("lambda", LAMBDA), ("local function", collate)):
-        check("DATA-04", f"pickle.dumps({name})", _failure(lambda fn=fn: pickle.dumps(fn)))
+        check("DATA-04", f"pickle.dumps({name})", raised(lambda fn=fn: pickle.dumps(fn)))
         check("DATA-04", f"spawn Process({name})",
-              _failure(lambda fn=fn: spawn.Process(target=fn, args=(1,)).start()))
+              raised(lambda fn=fn: spawn.Process(target=fn, args=(1,)).start()))
 
 
 if __name__ == "__main__":
