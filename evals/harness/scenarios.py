@@ -264,7 +264,7 @@ class _Worker:
     def __init__(self, log: Path) -> None:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             [str(EVALS_DIR), str(REPO_ROOT / "tools"), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-            "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         self.log = log
         self._log_file = log.open("ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "harness.scenarios", "--worker"], stdin=subprocess.PIPE,
