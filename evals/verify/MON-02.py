@@ -11,7 +11,9 @@ import subprocess
 import sys
 import time
 
-TRAIN = "import time\nfor step in range(1, 1000):\n    print(f'step {step} loss 1.0')\n    time.sleep(0.05)\n"
+TRAIN = ("import pathlib, time\nfor step in range(1, 1000):\n    print(f'step {step} loss 1.0')\n"
+         "    if step == 20:\n        pathlib.Path('runs/exp1/step20').touch()   # a sign not through stdout\n"
+         "    time.sleep(0.05)\n")
 
 
 def run(case) -> str:
@@ -23,7 +25,9 @@ def run(case) -> str:
     launch = f"exec env -u PYTHONUNBUFFERED {env_line} {python} train.py > runs/exp1/train.log 2>&1"
     proc = subprocess.Popen(["bash", "-c", launch], cwd=case.tmp, start_new_session=True)
     try:
-        time.sleep(1.5)  # the logging interval here: a step every 0.05 s
+        deadline = time.monotonic() + 60
+        while not os.path.exists("runs/exp1/step20") and time.monotonic() < deadline:
+            time.sleep(0.05)  # twenty steps done: far more than one logging interval
         return case.shell(case.code("Verify", "tail -n 3 runs/exp1/train.log"))
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the run this scenario started

@@ -1,7 +1,8 @@
 """SPOT-06: a process killed with SIGKILL while it writes a checkpoint straight to its final name (a
 truncated ``step_000002.pt`` is left) vs one that writes with the Fix's ``atomic_save`` (only a temp
-file is left; ``step_000001.pt`` stays the newest complete one). The Verify is the entry's one-liner
-that loads every checkpoint with a final name."""
+file is left; ``step_000001.pt`` stays the newest complete one). The second save is made to stop
+half-way, so the kill lands mid-write on any disk. The Verify is the entry's one-liner that loads every
+checkpoint with a final name."""
 
 from __future__ import annotations
 
@@ -9,17 +10,30 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 SAVER = '''
-import os, sys, torch
+import io, os, sys, time, torch
 {save_fn}
 os.makedirs("ckpt", exist_ok=True)
 save(torch.nn.Linear(4, 4).state_dict(), "ckpt/step_000001.pt")
 print("step 1 saved", flush=True)
-save({{"big": torch.ones(96 * 2**20 // 4)}}, "ckpt/step_000002.pt")   # 96 MiB: long enough to be cut
-print("step 2 saved", flush=True)
+_save = torch.save
+
+
+def _interrupted_save(obj, f):
+    # The second save stops half-way, so that the SIGKILL lands mid-write every time, whatever the disk speed.
+    buf = io.BytesIO()
+    _save(obj, buf)
+    out = open(f, "wb") if isinstance(f, (str, os.PathLike)) else f
+    out.write(buf.getvalue()[: len(buf.getvalue()) // 2])
+    out.flush()
+    print("half written", flush=True)
+    time.sleep(60)
+
+
+torch.save = _interrupted_save
+save({{"big": torch.ones(1 << 18)}}, "ckpt/step_000002.pt")
 '''
 PLAIN = "def save(obj, path):\n    torch.save(obj, path)\n"
 
@@ -36,11 +50,7 @@ def run(case) -> str:
     try:
         assert proc.stdout is not None
         proc.stdout.readline()  # "step 1 saved"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # the second save has started writing
-            if any(p.stat().st_size > 2**20 for p in Path(case.tmp, "ckpt").glob("step_000002*")):
-                break
-            time.sleep(0.01)
+        proc.stdout.readline()  # "half written": the second save is under way
         os.killpg(proc.pid, signal.SIGKILL)  # the kill -KILL of the Verify, mid-save
         proc.wait()
     finally:
