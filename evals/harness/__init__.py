@@ -13,7 +13,10 @@ Modules, in the order data flows through them:
 - :mod:`.agents`    running an agent or judge CLI without a shell, and reading its output;
 - :mod:`.judge`     the optional LLM judge with verbatim-evidence checks;
 - :mod:`.semantic`  the optional embedding fallback (half credit at most);
-- :mod:`.cli`       argument parsing for the four commands.
+- :mod:`.facts`     catalog strings, commands and version claims against the real packages;
+- :mod:`.scenarios` each cpu entry's Verify run on its failure and its fix, in shared torch workers;
+- :mod:`.verify`    the verify command: scenarios, figures recomputed by the tools, what Verify steps need;
+- :mod:`.cli`       argument parsing for the commands.
 """
 
 HARNESS_VERSION = "1.0"

@@ -13,7 +13,7 @@ from .schema import Case, InputError, load_answers, load_cases
 
 EVALS_DIR = Path(__file__).resolve().parents[1]
 REPO_ROOT = EVALS_DIR.parent
-COMMANDS = ("structure", "score", "run", "judge", "facts")
+COMMANDS = ("structure", "score", "run", "judge", "facts", "verify")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -69,6 +69,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--only", nargs="+", metavar="ID", help="only these entry IDs")
     p.add_argument("-q", "--quiet", action="store_true", help="print only FAIL lines and the summary")
 
+    p = sub.add_parser("verify", help="run each cpu entry's Verify on its failure and its fix; recompute the "
+                       "entries' figures with the tools; list what the other Verify steps need")
+    p.add_argument("--root", type=Path, default=REPO_ROOT, help="skill root (default: this checkout)")
+    p.add_argument("--only", nargs="+", metavar="ID", help="only these entry IDs")
+    p.add_argument("--jobs", type=int, default=2, help="worker processes (at least the widest scenario's ranks)")
+    p.add_argument("--numbers-only", action="store_true", help="skip the scenarios (seconds instead of minutes)")
+    p.add_argument("--list", action="store_true", help="also print every entry id under what its Verify needs")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only FAIL lines and the summary")
+
     p = sub.add_parser("judge", help="LLM judge beside the deterministic score")
     p.add_argument("answers", type=Path)
     cases_option(p)
@@ -90,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.code or 0)
     try:
         return {"structure": _structure, "score": _score, "run": _run, "judge": _judge,
-                "facts": _facts}[args.command](args)
+                "facts": _facts, "verify": _verify}[args.command](args)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -251,3 +260,32 @@ def _facts(args: argparse.Namespace) -> int:
         print(f"recorded versions in {len(changed)} entries" + (f": {' '.join(changed)}" if changed else ""))
     print(f"{report.count('PASS')} passed, {report.count('FAIL')} failed, {report.count('SKIP')} skipped")
     return 1 if report.count("FAIL") else 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    import time
+
+    from .verify import run_verify
+
+    start = time.monotonic()
+
+    def progress(outcome: object) -> None:
+        if not (args.quiet and getattr(outcome, "ok", False)):
+            print(outcome.line(), flush=True)  # type: ignore[attr-defined]
+
+    try:
+        report = run_verify(args.root.resolve(), only=args.only or (), jobs=max(1, args.jobs),
+                            scenarios=not args.numbers_only, progress=progress)
+    except ValueError as exc:
+        raise InputError(str(exc)) from exc
+    for line in report.numbers + report.orphans:
+        if not (args.quiet and line.ok):
+            print(line)
+    print("needs: " + ", ".join(f"{kind} {len(ids)}" for kind, ids in sorted(report.needs.items())))
+    if args.list:
+        for kind, ids in sorted(report.needs.items()):
+            print(f"  {kind}: {' '.join(ids)}")
+    print("counts: " + ", ".join(f"{k} {v}" for k, v in report.counts().items()))
+    print(f"time: {time.monotonic() - start:.0f} s")
+    print(f"{report.passed} passed, {report.failed} failed")
+    return 1 if report.failed else 0

@@ -61,6 +61,15 @@ def exception_text(exc: BaseException) -> str:
     return f"{exception_text(inner)}\n{line}" if inner is not None else line
 
 
+def raised(call) -> str:
+    """What ``call()`` raised, as :func:`exception_text` writes it, or ``(no exception)``."""
+    try:
+        call()
+    except Exception as exc:  # the text is what the case is about
+        return exception_text(exc)
+    return "(no exception)"
+
+
 def summary() -> int:
     bad = [name for name, ok in _results if not ok]
     print(f"{len(_results) - len(bad)} matched, {len(bad)} did not" + (f": {', '.join(bad)}" if bad else ""))

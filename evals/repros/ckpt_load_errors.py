@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 
 import torch
-from _catalog_check import check, exception_text, note, summary
+from _catalog_check import check, note, raised, summary
 from torch import nn
 
 
@@ -24,28 +24,20 @@ class Net(nn.Module):
         self.fc = nn.Linear(n, 2)
 
 
-def _raises(fn) -> str:
-    try:
-        fn()
-    except Exception as exc:  # the text is what the case is about
-        return exception_text(exc)
-    return "(no exception)"
-
-
 def ckpt01(tmp: Path) -> None:
     path = tmp / "ckpt.pt"
     torch.save(Net().state_dict(), path)
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])  # a copy or a save interrupted half way
-    check("CKPT-01", "file cut in half", _raises(lambda: torch.load(path, map_location="cpu")))
+    check("CKPT-01", "file cut in half", raised(lambda: torch.load(path, map_location="cpu")))
     path.write_bytes(b"")
-    note("0-byte file", _raises(lambda: torch.load(path, map_location="cpu")))
+    note("0-byte file", raised(lambda: torch.load(path, map_location="cpu")))
 
 
 def ckpt03(tmp: Path) -> None:
     path = tmp / "ckpt.pt"
     torch.save({"model": Net().state_dict(), "args": argparse.Namespace(lr=0.1)}, path)
-    check("CKPT-03", "argparse.Namespace", _raises(lambda: torch.load(path, map_location="cpu")),
+    check("CKPT-03", "argparse.Namespace", raised(lambda: torch.load(path, map_location="cpu")),
           show="WeightsUnpickler")
 
 
@@ -61,7 +53,7 @@ def ckpt04(tmp: Path) -> None:
     finally:
         torch.serialization._package_registry[:] = [
             p for p in torch.serialization._package_registry if p[1] is not as_cuda]
-    check("CKPT-04", "no map_location", _raises(lambda: torch.load(path)))
+    check("CKPT-04", "no map_location", raised(lambda: torch.load(path)))
     sd = torch.load(path, map_location="cpu")
     note("map_location='cpu'", f"loads: {sorted(sd)}")
 
@@ -76,7 +68,7 @@ def ckpt05_07(tmp: Path) -> None:
     finally:
         dist.destroy_process_group()
     sd = torch.load(path)
-    check("CKPT-05", "DDP checkpoint, plain model", _raises(lambda: Net().load_state_dict(sd)),
+    check("CKPT-05", "DDP checkpoint, plain model", raised(lambda: Net().load_state_dict(sd)),
           show="Unexpected")
     check("CKPT-07", "the same with strict=False", repr(Net().load_state_dict(sd, strict=False)))
     fixed = torch.nn.modules.utils.consume_prefix_in_state_dict_if_present
@@ -86,15 +78,15 @@ def ckpt05_07(tmp: Path) -> None:
 
 def ckpt06() -> None:
     sd = torch.compile(Net()).state_dict()  # no compilation happens until the first call
-    check("CKPT-06", "compiled checkpoint, plain", _raises(lambda: Net().load_state_dict(sd)),
+    check("CKPT-06", "compiled checkpoint, plain", raised(lambda: Net().load_state_dict(sd)),
           show="Unexpected")
     check("CKPT-06", "plain checkpoint, compiled",
-          _raises(lambda: torch.compile(Net()).load_state_dict(Net().state_dict())), show="Missing")
+          raised(lambda: torch.compile(Net()).load_state_dict(Net().state_dict())), show="Missing")
 
 
 def ckpt08() -> None:
     sd = nn.Linear(2, 3).state_dict()
-    check("CKPT-08", "Linear(2,3) into Linear(2,2)", _raises(lambda: nn.Linear(2, 2).load_state_dict(sd)),
+    check("CKPT-08", "Linear(2,3) into Linear(2,2)", raised(lambda: nn.Linear(2, 2).load_state_dict(sd)),
           show="size mismatch")
 
 
@@ -104,9 +96,9 @@ def ckpt09() -> None:
     frozen = Net(2)
     frozen.fc.bias.requires_grad_(False)  # e.g. a layer frozen after the checkpoint was written
     new = torch.optim.AdamW([p for p in frozen.parameters() if p.requires_grad])
-    check("CKPT-09", "one parameter less", _raises(lambda: new.load_state_dict(saved)))
+    check("CKPT-09", "one parameter less", raised(lambda: new.load_state_dict(saved)))
     groups = torch.optim.AdamW([{"params": [frozen.fc.weight]}, {"params": [frozen.fc.bias]}])
-    check("CKPT-09", "two groups instead of one", _raises(lambda: groups.load_state_dict(saved)))
+    check("CKPT-09", "two groups instead of one", raised(lambda: groups.load_state_dict(saved)))
 
 
 def ckpt12(tmp: Path) -> None:
@@ -124,7 +116,7 @@ def ckpt12(tmp: Path) -> None:
             self.head = nn.Linear(2, 4, bias=False)
             self.head.weight = self.emb.weight
 
-    text = _raises(lambda: save_file(Tied().state_dict(), str(tmp / "m.safetensors")))
+    text = raised(lambda: save_file(Tied().state_dict(), str(tmp / "m.safetensors")))
     check("CKPT-12", f"tied weights, st {safetensors.__version__}", text, show="Some tensors")
 
 

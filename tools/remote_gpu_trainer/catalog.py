@@ -30,8 +30,8 @@ from urllib.parse import unquote
 from .paths import skill_markdown_files, skill_root
 
 #: Field labels in their required order.
-FIELDS = ("Symptom", "Signature", "Root cause", "Fix", "Verify", "Tool", "Not the cause", "Sources",
-          "Verified with")
+FIELDS = ("Symptom", "Signature", "Root cause", "Fix", "Verify", "Verify on", "Numbers", "Tool", "Not the cause",
+          "Sources", "Verified with")
 REQUIRED_FIELDS = ("Symptom", "Root cause", "Fix", "Verify", "Sources")
 
 #: The ID prefix each catalog file owns. A file not listed may use any one prefix no other file uses.
@@ -65,6 +65,26 @@ PREFIXES = {
     "profiles/local.md": "LOCAL",
 }
 
+#: What an entry's Verify needs to run (the first word of **Verify on:**). ``cpu`` entries name the scenario
+#: that builds the failure and its fix, ``evals/verify/<ID>.py``, and the catalog check runs it; the others
+#: say what is missing on a CPU-only CI box, so the check can list them instead of pretending.
+VERIFY_ON = {
+    "cpu": "runs here: its scenario builds the failure and the fix, and the check runs the Verify in both",
+    "gpu": "needs an NVIDIA GPU and its driver (nvidia-smi, NVML, torch.cuda, NCCL on GPUs)",
+    "nodes": "needs several machines, a switch fabric (NVSwitch, InfiniBand) or a scheduler (Slurm)",
+    "provider": "needs a provider's account, console, API, billing page or one of its boxes",
+    "network": "needs the internet or the user's own network (the Hub, mirrors, a proxy, a tracker's server)",
+    "ssh": "needs an SSH server with the user's keys and config (loopback test boxes could stand in; no scenario yet)",
+    "run": "is judged on the user's own training run (its logs, loss, throughput, checkpoints); nothing self-contained",
+    "pending": "could run on CPU; its scenario is not written yet",
+}
+#: Units a **Numbers:** claim may use, as multipliers of the tool's raw value (bytes, counts, seconds).
+#: Byte units are binary (GiB) or decimal (GB) as written; ``k``/``M``/``B`` are counts (``15 B`` parameters).
+NUMBER_UNITS = {"": 1.0, "bytes": 1.0, "KiB": 2.0**10, "MiB": 2.0**20, "GiB": 2.0**30, "TiB": 2.0**40, "kB": 1e3,
+                "MB": 1e6, "GB": 1e9, "TB": 1e12, "k": 1e3, "M": 1e6, "B": 1e9, "s": 1.0, "%": 0.01}
+#: Default relative tolerance of ``≈`` in a **Numbers:** claim (a figure rounded for prose, not a tool's digits).
+APPROX_TOLERANCE = 0.05
+
 #: Signatures may not match these: a regex that fires on any error log routes every log to itself.
 GENERIC_PROBES = (
     "", " ", "error", "Error:", "ERROR", "warning", "WARN", "failed", "failure", "exception", "Exception",
@@ -93,6 +113,11 @@ _HTML_ANCHOR = re.compile(r"<a\s+(?:name|id)=[\"']([^\"']+)[\"']", re.I)
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 _SCRIPT_COMMAND = re.compile(r"^(?:(?:python3?|bash|sh|uv run)\s+)?(?:\./)?(?P<path>scripts/\S+)")
 _TOOL_CALL = re.compile(r"^(?P<name>[a-z_][a-z0-9_]*)\s*(?:\((?P<args>.*)\))?$", re.S)
+_SCENARIO = re.compile(r"^evals/verify/(?P<id>[A-Z]+-\d{2,3})\.py$")
+_CLAIM = re.compile(r"^(?P<path>[A-Za-z_][\w.-]*)\s+(?P<op>contains|==|=|\u2248|~|<=|\u2264|>=|\u2265|<|>)\s*"
+                    r"(?P<value>\"[^\"]*\"|true|false|null|-?\d+(?:\.\d+)?(?:e[+-]?\d+)?)"
+                    r"(?:\s*(?P<unit>[A-Za-z%]+))?(?:\s*\u00b1\s*(?P<tol>\d+(?:\.\d+)?)\s*%)?$")
+_OPS = {"==": "=", "~": "\u2248", "\u2264": "<=", "\u2265": ">="}
 
 
 @dataclass(frozen=True)
@@ -133,6 +158,54 @@ class Signature:
 
 
 @dataclass(frozen=True)
+class Claim:
+    """One figure an entry states about a tool's result: ``total_bytes ≈ 41.8 GiB``.
+
+    ``path`` is dotted into the tool's structured result (list items by index: ``advice.0.fits_after``);
+    ``value`` is already multiplied by its unit, so it compares with the raw result (bytes, counts).
+    """
+
+    text: str
+    path: str
+    op: str
+    """``=``, ``≈`` (within ``tolerance``), ``<``, ``<=``, ``>``, ``>=`` or ``contains`` (text)."""
+    value: float | bool | str | None
+    unit: str
+    tolerance: float
+
+    def holds(self, actual: Any) -> bool:
+        """Whether the tool's ``actual`` value bears the claim out."""
+        if self.op == "contains":
+            return isinstance(actual, str) and str(self.value) in actual
+        if isinstance(self.value, bool) or self.value is None:
+            return actual is self.value  # 0 is not false, "" is not null
+        if isinstance(self.value, str):
+            return actual == self.value
+        if isinstance(actual, bool) or not isinstance(actual, int | float):
+            return False
+        want = float(self.value)
+        return {"=": actual == want, "\u2248": abs(actual - want) <= self.tolerance * abs(want),
+                "<": actual < want, "<=": actual <= want, ">": actual > want, ">=": actual >= want}[self.op]
+
+    def show(self, actual: Any) -> str:
+        """``actual`` in the claim's unit, for a report line."""
+        if isinstance(actual, int | float) and not isinstance(actual, bool) and self.unit:
+            return f"{actual / NUMBER_UNITS[self.unit]:.3g} {self.unit}"
+        return repr(actual)
+
+
+@dataclass(frozen=True)
+class Numbers:
+    """One **Numbers:** bullet: a tool call with literal arguments and what the entry says it returns."""
+
+    call: str
+    tool: str
+    arguments: Mapping[str, Any]
+    claims: tuple[Claim, ...]
+    line: int
+
+
+@dataclass(frozen=True)
 class Link:
     """A relative link in the markdown (URLs with a scheme are not collected)."""
 
@@ -163,6 +236,12 @@ class Entry:
     links: tuple[Link, ...]
     field_lines: Mapping[str, int] = field(default_factory=dict, compare=False)
     """Line number of each field's label, for precise lint reports."""
+    verify_on: str = ""
+    """What the Verify needs (a key of :data:`VERIFY_ON`), from **Verify on:**; empty when not stated."""
+    verify_scenario: str = ""
+    """For ``cpu``: the scenario script (``evals/verify/<ID>.py``) the catalog check runs the Verify with."""
+    numbers: tuple[Numbers, ...] = ()
+    """Figures the entry states for a concrete setup, each recomputed by a tool in the catalog check."""
     verified_with: str = ""
     """The package versions the entry's quoted strings and commands were last checked against
     (``torch 2.13.0, huggingface_hub 2.4.0``), read by ``evals/run_evals.py facts``."""
@@ -270,6 +349,31 @@ def unwrap_code_spans(text: str) -> str:
         last = end
     out.append(text[last:])
     return "".join(out)
+
+
+def code_blocks(markdown: str) -> list[tuple[str, str]]:
+    """Every piece of code in ``markdown``, in order, as (kind, code): a fenced block gives its info
+    string's first word (``python``, ``bash``, or ``""``) and its lines; a code span outside fences gives
+    ``"span"`` and its content. The catalog check runs these, so they are exactly what the reader sees."""
+    found: list[tuple[str, str]] = []
+    fence: str | None = None
+    info, body, prose = "", [], []
+    for line in markdown.splitlines():
+        opened = _FENCE.match(line)
+        if fence is None and opened:
+            found += [("span", c) for c, _, _ in code_spans("\n".join(prose))]
+            prose = []
+            fence, info, body = opened.group(1), (opened.group(2).split() or [""])[0], []
+        elif fence is not None and opened and opened.group(1)[0] == fence[0] \
+                and len(opened.group(1)) >= len(fence) and not opened.group(2).strip():
+            found.append((info, "\n".join(body) + "\n"))
+            fence = None
+        elif fence is not None:
+            body.append(line)
+        else:
+            prose.append(line)
+    found += [("span", c) for c, _, _ in code_spans("\n".join(prose))]
+    return found
 
 
 def plain_text(markdown: str) -> str:
@@ -724,6 +828,101 @@ def _parse_sources(draft: _Draft, rel: str, problems: list[Problem]) -> tuple[st
     return tuple(urls)
 
 
+def _parse_verify_on(draft: _Draft, text: str, rel: str, problems: list[Problem]) -> tuple[str, str]:
+    """(kind, scenario) from **Verify on:** — ``cpu — `evals/verify/DIST-06.py` …``, ``gpu``, ``provider`` …"""
+    if not text:
+        return "", ""
+    line = draft.fields["Verify on"][0][0] if draft.fields.get("Verify on") else draft.line
+    word = re.match(r"[a-z-]+", plain_text(text).strip().lower())
+    kind = word.group(0) if word else ""
+    if kind not in VERIFY_ON:
+        problems.append(Problem(rel, line, draft.id, "verify-on",
+                                f"starts with {kind or text[:20]!r}; the first word is one of {', '.join(VERIFY_ON)}"))
+        return "", ""
+    scenarios = [c.strip() for c, _, _ in code_spans(text) if c.strip().startswith("evals/verify/")]
+    if kind != "cpu":
+        if scenarios:
+            problems.append(Problem(rel, line, draft.id, "verify-on",
+                                    f"names {scenarios[0]} but says {kind}: a scenario is for `cpu` entries"))
+        return kind, ""
+    wanted = f"evals/verify/{draft.id}.py"
+    if scenarios != [wanted]:
+        problems.append(Problem(rel, line, draft.id, "verify-on",
+                                f"`cpu` names its scenario in one code span: `{wanted}`"))
+        return kind, ""
+    return kind, wanted
+
+
+def parse_tool_call(span: str) -> tuple[str, dict[str, Any]] | None:
+    """(name, keyword literals) of ``name(key=literal, …)``; JSON spellings (true/null) allowed, ``...``
+    kept as Ellipsis. None when ``span`` is not such a call."""
+    match = _TOOL_CALL.match(span)
+    if not match:
+        return None
+    if not (match.group("args") or "").strip():
+        return match.group("name"), {}
+    try:
+        call = ast.parse(span, mode="eval").body
+        if not isinstance(call, ast.Call) or call.args or any(kw.arg is None for kw in call.keywords):
+            return None
+        return match.group("name"), {kw.arg: ast.literal_eval(_JsonConstants().visit(kw.value))
+                                     for kw in call.keywords if kw.arg}
+    except (SyntaxError, ValueError):
+        return None
+
+
+def parse_claim(span: str) -> Claim | None:
+    """A **Numbers:** claim like ``total_bytes ≈ 41.8 GiB``, ``fits = false`` or
+    ``profile.billing.still_billed.value contains "$0.20/GB/month"``; None when it is not one."""
+    m = _CLAIM.match(span.strip())
+    if not m:
+        return None
+    op, raw, unit = _OPS.get(m.group("op"), m.group("op")), m.group("value"), m.group("unit") or ""
+    if unit not in NUMBER_UNITS:
+        return None
+    value: float | bool | str | None
+    if raw.startswith('"'):
+        value = raw[1:-1]
+    elif raw in ("true", "false", "null"):
+        value = {"true": True, "false": False, "null": None}[raw]
+    else:
+        value = float(raw) * NUMBER_UNITS[unit]
+    if (op == "contains") != isinstance(value, str) or (isinstance(value, bool | None) and op != "="):
+        return None
+    tolerance = float(m.group("tol")) / 100 if m.group("tol") else APPROX_TOLERANCE if op == "\u2248" else 0.0
+    return Claim(span.strip(), m.group("path"), op, value, unit, tolerance)
+
+
+def _parse_numbers(draft: _Draft, rel: str, problems: list[Problem]) -> tuple[Numbers, ...]:
+    """**Numbers:** bullets: ``- `tool(args)`: `claim` · `claim` …`` (a bullet may continue on indented lines)."""
+    bullets: list[tuple[int, str]] = []
+    for lineno, line in draft.fields.get("Numbers", []):
+        if _BULLET.match(line):
+            bullets.append((lineno, _BULLET.sub("", line, count=1)))
+        elif line.strip() and bullets and line[:1] in (" ", "\t"):
+            bullets[-1] = (bullets[-1][0], f"{bullets[-1][1]} {line.strip()}")
+        elif line.strip() and not _THEMATIC_BREAK.match(line):
+            problems.append(Problem(rel, lineno, draft.id, "numbers-format",
+                                    f"expected '- `tool(args)`: `claim` · `claim`' bullets, got {line.strip()[:60]!r}"))
+    found: list[Numbers] = []
+    for lineno, text in bullets:
+        spans = [c.strip() for c, _, _ in code_spans(text)]
+        call = parse_tool_call(spans[0]) if spans else None
+        if call is None or any(v is Ellipsis for v in call[1].values()):
+            problems.append(Problem(rel, lineno, draft.id, "numbers-format",
+                                    "a bullet starts with a tool call whose arguments are all literals (no ...)"))
+            continue
+        claims = [parse_claim(c) for c in spans[1:]]
+        bad = [c for c, parsed in zip(spans[1:], claims, strict=True) if parsed is None]
+        if bad or not claims:
+            problems.append(Problem(rel, lineno, draft.id, "numbers-format",
+                                    f"`{bad[0]}` is not `path op value [unit]`" if bad else "the call states no figure"
+                                    f" (units: {', '.join(u for u in NUMBER_UNITS if u)})"))
+            continue
+        found.append(Numbers(spans[0], call[0], call[1], tuple(c for c in claims if c), lineno))
+    return tuple(found)
+
+
 def _build_entry(draft: _Draft, rel: str, links: list[Link], problems: list[Problem]) -> Entry:
     text = {name: _field_text(lines) for name, lines in draft.fields.items()}
     field_lines = {name: lineno for name, lineno in reversed(draft.order)}  # first occurrence wins
@@ -746,12 +945,14 @@ def _build_entry(draft: _Draft, rel: str, links: list[Link], problems: list[Prob
     if text.get("Tool") and not tools:
         problems.append(Problem(rel, field_lines["Tool"], draft.id, "tool-format",
                                 "**Tool:** names no `tool_call(...)` or `scripts/…` path in a code span"))
+    verify_on, scenario = _parse_verify_on(draft, text.get("Verify on", ""), rel, problems)
     entry = Entry(
         id=draft.id, file=rel, title=draft.title, group=draft.group, line=draft.line, symptom=symptom,
         signatures=_parse_signatures(draft, rel, problems), root_cause=text.get("Root cause", ""),
         fix=text.get("Fix", ""), verify=text.get("Verify", ""), tools=tools,
         not_the_cause=text.get("Not the cause", ""), sources=_parse_sources(draft, rel, problems),
         links=tuple(link for link in links if link.entry == draft.id), field_lines=field_lines,
+        verify_on=verify_on, verify_scenario=scenario, numbers=_parse_numbers(draft, rel, problems),
         verified_with=text.get("Verified with", ""),
     )
     _check_signatures(entry, problems)
@@ -918,15 +1119,12 @@ def _check_tool_call(span: str, tools: Mapping[str, Any]) -> tuple[str, str] | N
     name = match.group("name")
     if name not in tools:
         return "tool-unknown", f"`{name}` is not a registered MCP tool (registered: {', '.join(sorted(tools))})"
-    if not (match.group("args") or "").strip():
-        return None
-    try:
-        call = ast.parse(span, mode="eval").body
-        if not isinstance(call, ast.Call) or call.args or any(kw.arg is None for kw in call.keywords):
-            raise ValueError
-        arguments = {kw.arg: ast.literal_eval(_JsonConstants().visit(kw.value)) for kw in call.keywords}
-    except (SyntaxError, ValueError):
+    parsed = parse_tool_call(span)
+    if parsed is None:
         return "tool-format", f"`{span}`: arguments must be keyword=literal (... as a placeholder)"
+    arguments = parsed[1]
+    if not arguments:
+        return None
     model = getattr(tools[name], "input_model", None)
     if model is None:
         return None
@@ -953,6 +1151,10 @@ def check_tools(catalog: Catalog, tools: Mapping[str, Any]) -> list[Problem]:
     problems = []
     for e in catalog.entries:
         line = e.field_lines.get("Tool", e.line)
+        for numbers in e.numbers:
+            found = _check_tool_call(numbers.call, tools)
+            if found:
+                problems.append(Problem(e.file, numbers.line, e.id, *found))
         for span in e.tools:
             script = _SCRIPT_COMMAND.match(span)
             if script:
