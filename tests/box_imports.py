@@ -169,24 +169,30 @@ def _import_names(distribution: str) -> set[str]:
             if distribution.lower().replace("_", "-") in (d.lower().replace("_", "-") for d in dists)}
 
 
-def box_installed_imports() -> set[str]:
-    """Top-level names the runtime's dependencies provide (``box_requirements()`` and what they require)."""
+def requirement_closure(*requirements: str) -> list[str]:
+    """The distributions installed here that ``requirements`` name, and those they require (no extras)."""
     from packaging.requirements import Requirement
 
-    from remote_gpu_trainer.remote.runtime import box_requirements
-
-    names: set[str] = set()
-    seen: set[str] = set()
-    todo = [Requirement(r) for r in box_requirements()]
+    seen: dict[str, str] = {}
+    todo = list(requirements)
     while todo:
-        requirement = todo.pop()
+        requirement = Requirement(todo.pop())
         key = requirement.name.lower().replace("_", "-")
         if key in seen or (requirement.marker and not requirement.marker.evaluate({"extra": ""})):
             continue
-        seen.add(key)
-        names |= _import_names(requirement.name)
-        todo.extend(Requirement(r) for r in metadata.requires(requirement.name) or [])
-    return names
+        try:
+            todo.extend(metadata.requires(requirement.name) or [])
+        except metadata.PackageNotFoundError:
+            continue
+        seen[key] = requirement.name
+    return list(seen.values())
+
+
+def box_installed_imports() -> set[str]:
+    """Top-level names the runtime's dependencies provide (``box_requirements()`` and what they require)."""
+    from remote_gpu_trainer.remote.runtime import box_requirements
+
+    return {name for dist in requirement_closure(*box_requirements()) for name in _import_names(dist)}
 
 
 def import_check_script(modules: list[str], names: list[str] = ()) -> str:

@@ -11,6 +11,9 @@ import json
 import os
 import subprocess
 import sys
+import time
+
+import pytest
 
 from .box_imports import (
     PACKAGE,
@@ -74,3 +77,86 @@ def test_box_side_code_imports_only_the_runtime_and_the_training_stack():
     allowed = box_installed_imports() | TRAINING_STACK
     stray = {name: modules for name, modules in box_third_party_imports().items() if name not in allowed}
     assert stray == {}, f"box-side code imports what `rgt box install` does not install: {stray}"
+
+
+@pytest.mark.slow
+def test_the_installed_runtime_on_a_clean_box_imports_every_box_side_module(ssh_fleet):
+    """In the venv that `rgt box install --wheels` built on a clean box: every box-side module and every
+    third-party name box-side code imports (the training stack aside) import; the MCP SDK and torch do not
+    (the box's system python sees neither, so the test would notice a box that leaks the test venv)."""
+    from remote_gpu_trainer.remote.runtime import runtime_version
+
+    modules = [m for m in box_side_modules() if m not in training_side_modules()]
+    names = sorted(set(box_third_party_imports()) - TRAINING_STACK)
+    python = f'"$HOME/.cache/remote-gpu-trainer/{runtime_version()}/venv/bin/python"'
+    for alias in ("box-a", "box-b"):
+        done = ssh_fleet.ssh(alias, f"{python} -", import_check_script(modules, names))
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout.splitlines()[-1])["failed"] == {}, alias
+        assert _runtime_lacks(ssh_fleet, alias) == {"mcp", "torch"}, alias
+
+
+def _runtime_lacks(fleet, alias: str) -> set[str]:
+    """Which of the MCP SDK and torch the runtime's python on the box cannot import."""
+    from remote_gpu_trainer.remote.runtime import runtime_version
+
+    python = f'"$HOME/.cache/remote-gpu-trainer/{runtime_version()}/venv/bin/python"'
+    done = fleet.ssh(alias, f"{python} -", import_check_script([], ["mcp", "torch"]))
+    return set(json.loads(done.stdout.splitlines()[-1])["failed"])
+
+
+TRAIN = """import time
+for step in range(1, 100001):
+    print(f"step {step}/100000 loss 1.0", flush=True)
+    time.sleep(0.1)
+"""
+
+
+@pytest.mark.slow
+def test_every_run_and_idle_tool_works_through_host_on_a_clean_box(ssh_fleet):
+    """The issue's bar: a box whose runtime has no MCP SDK runs the run tools and the idle tools, and the
+    armed guard's loop runs there until it fires (its checks read the run ledger)."""
+    from remote_gpu_trainer.registry import all_specs
+
+    specs = {spec.name: spec for spec in all_specs()}
+
+    def call(tool: str, **arguments):
+        return specs[tool].call({"host": "clean-runs", **arguments})
+
+    box = ssh_fleet.add("clean-runs", scenario="idle-8xh100")
+    ssh_fleet.install_runtime("clean-runs")
+    assert _runtime_lacks(ssh_fleet, "clean-runs") == {"mcp", "torch"}
+    (box.home / "train.py").write_text(TRAIN)
+    started = call("run_start", argv=[str(box.train_python), "train.py"], cwd=str(box.home), name="clean")
+    assert started.host == "clean-runs" and started.run_id
+    deadline = time.monotonic() + 60
+    status = call("run_status", run_id=started.run_id)
+    while ((status.progress and status.progress.step) or 0) < 3 and time.monotonic() < deadline:
+        time.sleep(0.3)
+        status = call("run_status", run_id=started.run_id)
+    assert status.state == "running" and status.progress.step >= 3 and status.progress.total == 100000, status
+    assert "step" in call("run_logs", run_id=started.run_id, lines=5).text
+    assert started.run_id in [r.run_id for r in call("run_list").runs]
+    dry = call("run_stop", run_id=started.run_id)
+    assert dry.dry_run and dry.confirm_token
+    stopped = call("run_stop", run_id=started.run_id, dry_run=False, confirm_token=dry.confirm_token, grace_s=5)
+    assert stopped.verified, stopped.summary
+
+    idle = call("box_idle", window_s=0)
+    assert idle.host == "clean-runs" and idle.verdict == "idle", idle.summary
+    plan = call("idle_guard", action="notify", idle_minutes=0.01, interval_s=0.2)
+    assert plan.mode == "dry_run" and plan.confirm_token
+    try:
+        armed = call("idle_guard", action="notify", idle_minutes=0.01, interval_s=0.2, dry_run=False,
+                     confirm_token=plan.confirm_token)
+        assert armed.mode == "armed" and armed.pid
+        deadline = time.monotonic() + 30
+        shown = call("box_idle", window_s=0)
+        while not (shown.guard and shown.guard.notice) and time.monotonic() < deadline:
+            time.sleep(0.3)
+            shown = call("box_idle", window_s=0)
+        log = (box.home / ".cache" / "remote-gpu-trainer" / "guard" / "guard.log").read_text()
+        assert shown.guard.notice and shown.guard.state == "fired", log  # the loop checked, then acted
+        assert "Traceback" not in log
+    finally:
+        assert call("idle_guard", remove=True).mode in ("removed", "nothing_to_remove")
