@@ -70,7 +70,25 @@ def _gpu_count() -> int:
         return 0
 
 
+#: Test files that must share one pytest-xdist worker (run one after another): the fleet checks pick rendezvous
+#: ports from the same range (29400+, ``suggest_free_port``) and find all-reduce ranks by their command line.
+SERIAL_GROUPS = {"fleet": ("test_fleet.py", "test_fleet_allreduce.py", "test_fleet_remote.py")}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the marks into scheduling groups
 def pytest_collection_modifyitems(config, items) -> None:
+    """With ``--dist loadgroup`` (pyproject's addopts), each test file runs on one worker, as with
+    ``loadfile``, so module- and session-scoped fixtures are built once per file; the files of a
+    ``SERIAL_GROUPS`` entry share one worker."""
+    group_of = {name: group for group, names in SERIAL_GROUPS.items() for name in names}
+    for item in items:
+        if not item.get_closest_marker("xdist_group"):
+            name = item.path.name
+            item.add_marker(pytest.mark.xdist_group(group_of.get(name, name)))
+    _skip_gpu_tests_without_a_gpu(items)
+
+
+def _skip_gpu_tests_without_a_gpu(items) -> None:
     gpu_items = [item for item in items if "gpu" in item.keywords]
     if gpu_items and _gpu_count() == 0:
         skip = pytest.mark.skip(reason="needs a real NVIDIA GPU (NVML found none)")

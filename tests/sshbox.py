@@ -14,9 +14,9 @@ What a box looks like (its private HOME is ``<root>/homes/<alias>``)::
                                  its standard library and the distribution's own packages, nothing of the
                                  test venv (no pydantic, psutil, mcp, torch), as on a fresh rented box
     ~/venvs/pt/                  the user's training environment (``box.train_python``): a venv with torch,
-                                 which it sees through ONE .pth into a folder of symlinks to the test venv's
-                                 torch and the distributions torch requires (:func:`torch_stack`); plus
-                                 ``bin/torchrun``
+                                 reached through the one path file of the boxes (``TRAIN_STACK_PTH``, in
+                                 this venv only), which names a folder of symlinks to torch and the
+                                 distributions it requires (:func:`torch_stack`); plus ``bin/torchrun``
     ~/.profile, ~/.bashrc        Debian's, abbreviated: .profile sources .bashrc, which stops at once for a
                                  non-interactive shell (``ssh box cmd``); after that line, the user's additions:
     ~/.config/train/env          sourced by .bashrc: exports (NCCL_*, CUDA_VISIBLE_DEVICES, …) from ``LoginEnv``
@@ -81,6 +81,9 @@ import pytest
 
 from .box_imports import requirement_closure
 
+#: The only .pth file the test boxes have: in the user's training venv (``~/venvs/pt``), pointing at the torch
+#: stack (:func:`torch_stack`). Nothing is added to the box's system python.
+TRAIN_STACK_PTH = "_train_stack.pth"
 SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
 #: Names a fresh box's system python must not import: the runtime's dependencies, the MCP SDK, torch, us.
 _NOT_ON_A_FRESH_BOX = ("pydantic", "psutil", "pynvml", "jinja2", "hostlist", "mcp", "torch", "remote_gpu_trainer")
@@ -410,10 +413,10 @@ class Fleet:
         subprocess.run([self.train_base, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
         if self.torch_stack is None:
             return None
-        venv_lib = next((venv / "lib").glob("python3.*"))
-        # The one .pth of the test boxes, and it is inside the user's training venv on the box: the box's
-        # system python (the runtime's) sees nothing of the test venv.
-        (venv_lib / "site-packages" / "_train_stack.pth").write_text(f"{self.torch_stack}\n")
+        # The one .pth of the test boxes (TRAIN_STACK_PTH), and it is inside the user's training venv on the
+        # box: the box's system python, which the runtime uses, sees nothing of this machine's packages.
+        user_venv_packages = next((venv / "lib").glob("python3.*/site-packages"))
+        (user_venv_packages / TRAIN_STACK_PTH).write_text(f"{self.torch_stack}\n")
         torchrun = venv / "bin" / "torchrun"
         torchrun.write_text(f"#!{venv}/bin/python\nimport sys\nfrom torch.distributed.run import main\n"
                             "sys.exit(main())\n")
