@@ -120,9 +120,8 @@ def clean_python() -> tuple[str | None, str]:
     refused = []
     for candidate in candidates:
         try:
-            done = subprocess.run([candidate, "-I", "-c", _PROBE], capture_output=True, text=True, timeout=30)
-            facts = json.loads(done.stdout)
-        except (OSError, ValueError, subprocess.TimeoutExpired) as err:
+            facts = _python_facts(candidate)
+        except (OSError, ValueError, subprocess.SubprocessError) as err:
             refused.append(f"{candidate}: {err}")
             continue
         problems = [text for bad, text in (
@@ -136,7 +135,9 @@ def clean_python() -> tuple[str | None, str]:
                   + "): on Debian `apt install python3 python3-venv`, or set RGT_TEST_BOX_PYTHON")
 
 
+@cache
 def _python_facts(python: str) -> dict:
+    """What :data:`_PROBE` reads from ``python`` (isolated: not this venv, not the user's site)."""
     return json.loads(subprocess.run([python, "-I", "-c", _PROBE], capture_output=True, text=True, timeout=30,
                                      check=True).stdout)
 
@@ -186,11 +187,6 @@ def wheelhouse(python_version: str, platform: str) -> Path:
         (partial / ".complete").write_text(json.dumps(box_requirements()) + "\n")
         partial.rename(target)
     return target
-
-
-def _box_platform(facts: dict) -> str:
-    """The wheel platform ``rgt box install --wheels`` asks pip for (remote/box.py ``_box_python``)."""
-    return f"manylinux2014_{facts['platform'].split('-')[-1]}"
 
 
 def torch_stack(into: Path) -> Path | None:
@@ -346,6 +342,8 @@ class Fleet:
     """
 
     def __init__(self, root: Path, shared: Path | None = None):
+        from remote_gpu_trainer.remote.box import wheel_platform
+
         python, why = clean_python()
         if python is None:
             raise RuntimeError(why)
@@ -354,11 +352,12 @@ class Fleet:
         root.mkdir(parents=True, exist_ok=True)
         self.box_python = python
         facts = _python_facts(python)
-        self.wheelhouse = wheelhouse(f"{facts['version'][0]}.{facts['version'][1]}", _box_platform(facts))
+        version = "{}.{}".format(*facts["version"])
+        self.wheelhouse = wheelhouse(version, wheel_platform(facts["platform"]))
         # the box's system bin: python3 and python3.N are the clean python, whatever else /usr/local/bin holds
         self.system_bin = root / "system-bin"
         self.system_bin.mkdir(exist_ok=True)
-        for name in ("python3", f"python{facts['version'][0]}.{facts['version'][1]}"):
+        for name in ("python3", f"python{version}"):
             with contextlib.suppress(FileExistsError):
                 (self.system_bin / name).symlink_to(python)
         # the user's training venv needs torch's ABI: same python minor as this venv, else this venv's base python

@@ -95,8 +95,12 @@ def _box_python(host: Host) -> tuple[str, str]:
     out = run(host, probe, timeout_s=60).stdout.decode().split()
     if len(out) != 3:
         raise RemoteError(host.given, "no_python", "no python3 on the box", "install python 3.11+ on the box")
-    machine = out[2].split("-")[-1]
-    return f"{out[0]}.{out[1]}", f"manylinux2014_{machine}"
+    return f"{out[0]}.{out[1]}", wheel_platform(out[2])
+
+
+def wheel_platform(sysconfig_platform: str) -> str:
+    """The pip ``--platform`` for a box whose ``sysconfig.get_platform()`` is e.g. ``linux-x86_64``."""
+    return f"manylinux2014_{sysconfig_platform.split('-')[-1]}"
 
 
 _NO_WHEEL = re.compile(r"No matching distribution found for (\S+)")
