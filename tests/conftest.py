@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,26 @@ def anyio_backend() -> str:
 def _private_tool_cache(tmp_path_factory):
     """Tests never read or write the user's ~/.cache tool-list cache."""
     os.environ["RGT_CACHE_DIR"] = str(tmp_path_factory.mktemp("tool-cache"))
+
+
+TEST_RUN_ENV = "RGT_TEST_RUN"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _test_run_marker():
+    """Every process this test session starts inherits ``RGT_TEST_RUN=<id>``, so a test that finds its processes
+    by command line (all-reduce ranks, leftovers) can tell them from a test run's beside it on the machine."""
+    os.environ.setdefault(TEST_RUN_ENV, uuid.uuid4().hex[:12])
+
+
+def started_by_this_run(proc) -> bool:
+    """Whether a psutil process carries this test run's marker (an orphan re-parented to init keeps it)."""
+    import psutil
+
+    try:
+        return proc.environ().get(TEST_RUN_ENV) == os.environ[TEST_RUN_ENV]
+    except psutil.Error:
+        return False
 
 
 @pytest.fixture(scope="session")
@@ -53,6 +75,16 @@ async def call_error(client: Client, tool: str, arguments: dict[str, Any]) -> st
     result = await client.call_tool(tool, arguments)
     assert result.is_error, result.structured_content
     return result.content[0].text
+
+
+def rendezvous_port() -> int:
+    """A free port for a test's rendezvous, below the ephemeral range, searched from a random start: test runs
+    side by side on one machine would otherwise all take the first free port above the same fixed start."""
+    from remote_gpu_trainer.processes.ports import suggest_free_port
+
+    port = suggest_free_port(random.randrange(20000, 28000), 500)
+    assert port is not None, "no free port below the ephemeral range"
+    return port
 
 
 def file_text(result, name: str) -> str:
