@@ -350,7 +350,6 @@ class Fleet:
         self.root = root
         self.shared = shared or root
         root.mkdir(parents=True, exist_ok=True)
-        self.box_python = python
         facts = _python_facts(python)
         version = "{}.{}".format(*facts["version"])
         self.wheelhouse = wheelhouse(version, wheel_platform(facts["platform"]))
@@ -379,7 +378,7 @@ class Fleet:
         self._write_config()
 
     # -- boxes ---------------------------------------------------------------------------------------
-    def path_for(self, home: Path, bin_dirs: Sequence[str | Path] = ()) -> str:
+    def _path(self, home: Path, bin_dirs: Sequence[str | Path] = ()) -> str:
         """The PATH a non-interactive ``ssh box cmd`` gets: ``bin_dirs``, ``~/.local/bin``, the system's."""
         return ":".join([*map(str, bin_dirs), f"{home}/.local/bin", str(self.system_bin), "/usr/local/bin",
                          "/usr/bin", "/bin"])
@@ -440,7 +439,7 @@ class Fleet:
         login = login or LoginEnv()
         home = home or self.root / "homes" / alias
         train_python = self._home(home, login, pip_index, train_venv)
-        box_env = {"HOME": str(home), "PATH": self.path_for(home, bin_dirs), "LANG": "C.UTF-8",
+        box_env = {"HOME": str(home), "PATH": self._path(home, bin_dirs), "LANG": "C.UTF-8",
                    **({"RGT_HEALTH_FAKE": scenario} if scenario else {}), **(env or {})}
         port = free_port()
         if server == "sshd":

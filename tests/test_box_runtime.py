@@ -84,25 +84,21 @@ def test_the_installed_runtime_on_a_clean_box_imports_every_box_side_module(ssh_
     """In the venv that `rgt box install --wheels` built on a clean box: every box-side module and every
     third-party name box-side code imports (the training stack aside) import; the MCP SDK and torch do not
     (the box's system python sees neither, so the test would notice a box that leaks the test venv)."""
-    from remote_gpu_trainer.remote.runtime import runtime_version
-
     modules = [m for m in box_side_modules() if m not in training_side_modules()]
     names = sorted(set(box_third_party_imports()) - TRAINING_STACK)
-    python = f'"$HOME/.cache/remote-gpu-trainer/{runtime_version()}/venv/bin/python"'
     for alias in ("box-a", "box-b"):
-        done = ssh_fleet.ssh(alias, f"{python} -", import_check_script(modules, names))
-        assert done.returncode == 0, done.stderr
-        assert json.loads(done.stdout.splitlines()[-1])["failed"] == {}, alias
-        assert _runtime_lacks(ssh_fleet, alias) == {"mcp", "torch"}, alias
+        assert _failed_in_runtime(ssh_fleet, alias, modules, names) == {}, alias
+        assert set(_failed_in_runtime(ssh_fleet, alias, [], ["mcp", "torch"])) == {"mcp", "torch"}, alias
 
 
-def _runtime_lacks(fleet, alias: str) -> set[str]:
-    """Which of the MCP SDK and torch the runtime's python on the box cannot import."""
+def _failed_in_runtime(fleet, alias: str, modules: list[str], names: list[str]) -> dict[str, str]:
+    """What the runtime's venv python on the box fails to import, run there over ssh."""
     from remote_gpu_trainer.remote.runtime import runtime_version
 
     python = f'"$HOME/.cache/remote-gpu-trainer/{runtime_version()}/venv/bin/python"'
-    done = fleet.ssh(alias, f"{python} -", import_check_script([], ["mcp", "torch"]))
-    return set(json.loads(done.stdout.splitlines()[-1])["failed"])
+    done = fleet.ssh(alias, f"{python} -", import_check_script(modules, names))
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])["failed"]
 
 
 TRAIN = """import time
@@ -125,7 +121,7 @@ def test_every_run_and_idle_tool_works_through_host_on_a_clean_box(ssh_fleet):
 
     box = ssh_fleet.add("clean-runs", scenario="idle-8xh100")
     ssh_fleet.install_runtime("clean-runs")
-    assert _runtime_lacks(ssh_fleet, "clean-runs") == {"mcp", "torch"}
+    assert set(_failed_in_runtime(ssh_fleet, "clean-runs", [], ["mcp", "torch"])) == {"mcp", "torch"}
     (box.home / "train.py").write_text(TRAIN)
     started = call("run_start", argv=[str(box.train_python), "train.py"], cwd=str(box.home), name="clean")
     assert started.host == "clean-runs" and started.run_id
