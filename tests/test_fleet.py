@@ -17,6 +17,8 @@ from remote_gpu_trainer.fleet.tool import PreflightInput, run_fleet
 from remote_gpu_trainer.models import Verdict
 from remote_gpu_trainer.remote.errors import RemoteError
 
+from .conftest import rendezvous_port
+
 # --- parsing -------------------------------------------------------------------------------------
 
 
@@ -80,18 +82,10 @@ def local_caller(scenarios: dict[str, str | None]):
     return call
 
 
-def _port() -> int:
-    from remote_gpu_trainer.processes.ports import suggest_free_port
-
-    port = suggest_free_port(29400, 500)
-    assert port is not None
-    return port
-
-
 @pytest.fixture(scope="module")
 def mixed_fleet():
     scenarios = {"head": "healthy-8xh100", "ecc": "ecc-dbe", "old": "driver-535-8xh100", "closed": None}
-    args = PreflightInput(hosts=list(scenarios), expect_gpus=8, head_addr="127.0.0.1", port=_port(),
+    args = PreflightInput(hosts=list(scenarios), expect_gpus=8, head_addr="127.0.0.1", port=rendezvous_port(),
                           checkpoint_dir="/tmp", concurrency=4)
     return run_fleet(args, lambda *a, **k: None, caller=local_caller(scenarios))
 
@@ -152,7 +146,7 @@ def test_launch_is_rendered_by_render_launch_for_a_routable_head():
 def test_a_busy_head_port_fails_on_the_head_and_leaves_workers_unjudged():
     import socket
 
-    port = _port()
+    port = rendezvous_port()
     with socket.socket() as holder:
         holder.bind(("0.0.0.0", port))
         holder.listen()
@@ -183,9 +177,7 @@ def test_the_head_check_leaves_the_port_bindable_for_torchrun():
     import torch.distributed as dist
 
     from remote_gpu_trainer.fleet.network import HeadListener
-    from remote_gpu_trainer.processes.ports import suggest_free_port
-
-    port = suggest_free_port(31500, 400)
+    port = rendezvous_port()
     listener = HeadListener(port, 1, 5).start()
     with socket.create_connection(("127.0.0.1", port), timeout=5):
         time.sleep(0.3)  # the worker lingers: a listener that closed first would own the TIME_WAIT

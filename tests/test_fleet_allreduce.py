@@ -14,7 +14,8 @@ import pytest
 from remote_gpu_trainer.fleet.allreduce import ALLREDUCE_NODE, NodeResult, run_fleet_allreduce
 from remote_gpu_trainer.fleet.facts import HOST_FACTS, HostFacts
 from remote_gpu_trainer.models import Verdict
-from remote_gpu_trainer.processes.ports import suggest_free_port
+
+from .conftest import rendezvous_port, started_by_this_run
 
 pytestmark = pytest.mark.slow
 WORKER = "remote_gpu_trainer.fleet.allreduce"
@@ -34,13 +35,13 @@ def _ours() -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = " ".join(proc.info["cmdline"] or [])
-        if WORKER in cmdline or "rgt-preflight-" in cmdline:
+        if (WORKER in cmdline or "rgt-preflight-" in cmdline) and started_by_this_run(proc):
             found.append(proc)
     return found
 
 
 def test_gloo_allreduce_across_two_hosts_reports_bandwidth_and_cleans_up(facts):
-    port = suggest_free_port(29400, 500)
+    port = rendezvous_port()
     report = run_fleet_allreduce(["a", "b"], "a", "127.0.0.1", port, {"a": facts, "b": facts}, timeout_s=120,
                                  caller=local_node)
     assert report.backend == "gloo" and report.world_size == 2, report
@@ -54,7 +55,7 @@ def test_gloo_allreduce_across_two_hosts_reports_bandwidth_and_cleans_up(facts):
 
 
 def test_a_rank_killed_mid_run_fails_cleanly_naming_its_host(facts):
-    port = suggest_free_port(29400, 500)
+    port = rendezvous_port()
     victim_pids: list[int] = []
 
     def kill_b_rank(rdzv_id: str) -> None:
@@ -62,7 +63,7 @@ def test_a_rank_killed_mid_run_fails_cleanly_naming_its_host(facts):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not victim_pids:
             for proc in psutil.process_iter(["cmdline"]):
-                if WORKER not in " ".join(proc.info["cmdline"] or []):
+                if WORKER not in " ".join(proc.info["cmdline"] or []) or not started_by_this_run(proc):
                     continue
                 try:
                     env = proc.environ()

@@ -18,9 +18,9 @@ import pytest
 from remote_gpu_trainer.fleet.allreduce import run_fleet_allreduce
 from remote_gpu_trainer.fleet.facts import HOST_FACTS, HostFacts
 from remote_gpu_trainer.models import Verdict
-from remote_gpu_trainer.processes.ports import suggest_free_port
 
-from .conftest import call_ok
+from .conftest import call_ok, rendezvous_port
+from .sshbox import needs_torch_in_runtime
 
 pytestmark = pytest.mark.slow
 
@@ -39,12 +39,6 @@ def fleet(ssh_fleet):
     if not any(block.startswith(f"Host {CLOSED}\n") for block in ssh_fleet._blocks):
         ssh_fleet.add_closed(CLOSED)
     return ssh_fleet
-
-
-def _port() -> int:
-    port = suggest_free_port(29400, 500)
-    assert port is not None
-    return port
 
 
 def _leftovers(fleet, aliases) -> list[str]:
@@ -85,12 +79,13 @@ def mixed(fleet):
 
     async def go() -> dict:
         async with Client(build_server(), mode="legacy") as client:
-            return await _preflight(client, {"hosts": hosts, "expect_gpus": 8, "port": _port(),
+            return await _preflight(client, {"hosts": hosts, "expect_gpus": 8, "port": rendezvous_port(),
                                              "checkpoint_dir": "/tmp", "timeout_s": 60})
 
     return anyio.run(go)
 
 
+@needs_torch_in_runtime
 def test_each_box_gets_its_verdict_and_the_fleet_fails(mixed):
     verdicts = {r["host"]: r["verdict"] for r in mixed["hosts"]}
     assert verdicts == {"pf-head": "PASS", "pf-ecc": "FAIL", "pf-old": "WARN", CLOSED: "FAIL"}, \
@@ -145,11 +140,12 @@ def test_no_process_of_the_check_is_left_on_any_box(mixed, fleet):
 # --- the collective ---------------------------------------------------------------------------------
 
 
+@needs_torch_in_runtime
 @pytest.mark.anyio
 @pytest.mark.parametrize("client", ["legacy"], indirect=True)
 async def test_gloo_allreduce_across_two_boxes_over_mcp_reports_bandwidth(fleet, client):
-    result = await _preflight(client, {"hosts": ["pf-head", "pf-old"], "port": _port(), "checkpoint_dir": "/tmp",
-                                       "allreduce": True, "timeout_s": 90})
+    result = await _preflight(client, {"hosts": ["pf-head", "pf-old"], "port": rendezvous_port(),
+                                       "checkpoint_dir": "/tmp", "allreduce": True, "timeout_s": 90})
     report = result["allreduce"]
     assert report["backend"] == "gloo" and report["world_size"] == 2, json.dumps(report)[:4000]
     assert report["verdict"] == "PASS", report["explanation"]
@@ -167,6 +163,7 @@ async def test_gloo_allreduce_across_two_boxes_over_mcp_reports_bandwidth(fleet,
     assert _leftovers(fleet, SCENARIOS) == []
 
 
+@needs_torch_in_runtime
 def test_a_rank_killed_mid_run_on_one_box_fails_cleanly_naming_it(fleet):
     facts = {}
     for alias in ("pf-head", "pf-ecc"):
@@ -192,7 +189,7 @@ def test_a_rank_killed_mid_run_on_one_box_fails_cleanly_naming_it(fleet):
 
     killer = threading.Thread(target=kill_a_rank_of_pf_ecc, daemon=True)
     killer.start()
-    report = run_fleet_allreduce(["pf-head", "pf-ecc"], "pf-head", "127.0.0.1", _port(), facts, timeout_s=90,
+    report = run_fleet_allreduce(["pf-head", "pf-ecc"], "pf-head", "127.0.0.1", rendezvous_port(), facts, timeout_s=90,
                                  iters=400)
     killer.join(5)
     assert killed, "no rank of pf-ecc was found to kill"
@@ -242,7 +239,7 @@ def test_head_listed_last_with_few_slots_and_a_silent_box_still_proves_the_worke
     slot still finds it open; the box that never answers is cut at its deadline, named, and stalls no one."""
     from remote_gpu_trainer.fleet.tool import PreflightInput, run_fleet
 
-    args = PreflightInput(hosts=["pf-ecc", silent_alias, "pf-old", "pf-head"], head="pf-head", port=_port(),
+    args = PreflightInput(hosts=["pf-ecc", silent_alias, "pf-old", "pf-head"], head="pf-head", port=rendezvous_port(),
                           checkpoint_dir="/tmp", concurrency=3, timeout_s=30)
     result = run_fleet(args, lambda *a, **k: None)
     rows = {r.host: r for r in result.hosts}
@@ -264,11 +261,12 @@ def _rgt(*argv: str) -> subprocess.CompletedProcess:
                           timeout=240, stdin=subprocess.DEVNULL)
 
 
+@needs_torch_in_runtime
 def test_the_cli_waits_for_the_result_and_prints_progress_without_a_job(fleet):
     """A job lives in the process that started it, so no later `rgt` could poll one: `rgt preflight` has no
     --wait-s/--job-id, waits for the whole check and reports progress on stderr."""
-    done = _rgt("preflight", "--hosts", "pf-head", "pf-old", "--port", str(_port()), "--checkpoint-dir", "/tmp",
-                "--json")
+    done = _rgt("preflight", "--hosts", "pf-head", "pf-old", "--port", str(rendezvous_port()), "--checkpoint-dir",
+                "/tmp", "--json")
     assert done.returncode == 0, done.stderr[-2000:]  # WARN (pf-old's driver) exits 0
     result = json.loads(done.stdout)
     assert result["done"] is True and result["state"] == "done" and result["job_id"] is None
