@@ -13,6 +13,7 @@ verdict, not the server.
 
 from __future__ import annotations
 
+import ctypes
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -378,13 +379,16 @@ class PynvmlBackend:
         values["nvlink_active"] = self._nvlink(index, handle)
 
     def _fabric(self, index: int, handle: Any) -> Reading[Fabric]:
+        """The one struct this adapter hands to NVML itself. pynvml sets no ``argtypes`` and passes the
+        argument straight to C, so it must be ``ctypes.byref(info)``: the struct itself (by value)
+        made NVML write through a garbage pointer and segfaulted the process on a real H100."""
         nv = self._nvml
         info = nv.c_nvmlGpuFabricInfoV_t()
         info.version = nv.nvmlGpuFabricInfo_v2
-        done = self._call(index, "nvmlDeviceGetGpuFabricInfoV", handle, info)
+        done = self._call(index, "nvmlDeviceGetGpuFabricInfoV", handle, ctypes.byref(info))
         if isinstance(done, Unread) and done.kind is ErrorKind.FUNCTION_NOT_FOUND:
             info = nv.c_nvmlGpuFabricInfo_t()
-            done = self._call(index, "nvmlDeviceGetGpuFabricInfo", handle, info)
+            done = self._call(index, "nvmlDeviceGetGpuFabricInfo", handle, ctypes.byref(info))
         if isinstance(done, Unread):
             return done
         return Fabric(state=int(info.state), status=int(info.status))
