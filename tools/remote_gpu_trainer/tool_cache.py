@@ -24,19 +24,13 @@ import pydantic
 from mcp.types import Tool as MCPTool
 
 from . import __version__
+from .paths import cache_dir
 
 log = logging.getLogger(__name__)
 
 
 def enabled() -> bool:
     return os.environ.get("RGT_NO_TOOL_CACHE", "") in ("", "0")
-
-
-def cache_dir() -> Path:
-    if override := os.environ.get("RGT_CACHE_DIR"):
-        return Path(override)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "remote-gpu-trainer"
 
 
 def fingerprint(directories: tuple[Path, ...]) -> str:

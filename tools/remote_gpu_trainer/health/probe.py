@@ -1,16 +1,17 @@
-"""The gpu_health probe: read every selected GPU once (on the NVML thread, under a deadline),
+"""The gpu_health probe: read every selected GPU once (through the NVML worker, under a deadline),
 optionally read the counters again after a short window, then judge.
 
 Order of work and why:
 
 1. Open NVML (once per process). No driver → a fast, explicit "no GPU" answer that says why
    (library missing, module not loaded, device nodes or PCI devices present or not).
-2. One ``read_gpu`` job per GPU on the NVML worker, each with what is left of ``timeout_s``. A job
-   that does not come back marks that GPU FAIL (naming the call it hung in) and the rest UNKNOWN:
-   a wedged driver would hang every later call too, so nothing more is queued behind it.
-3. With ``sample_s`` > 0, sleep on the caller's thread (not the NVML thread) and read the
+2. One ``read_gpu`` request per GPU to the NVML worker, each with what is left of ``timeout_s``. A
+   request that does not come back marks that GPU FAIL (naming the call it hung in) and the rest
+   UNKNOWN: a wedged driver would hang every later call too, so nothing more is sent after it. A call
+   that crashes the worker is skipped after a restart: its one check is UNKNOWN, naming the call.
+3. With ``sample_s`` > 0, sleep on the caller's thread (NVML stays free) and read the
    cumulative counters again: thermal/power violation time, PCIe replays, NVLink errors.
-4. The kernel log (XIDs of this boot) and the process classification run off the NVML thread.
+4. The kernel log (XIDs of this boot) and the process classification run in this process.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pydantic import Field
 
 from ..errors import InputError
 from ..models import StrictModel, Verdict, worst
-from ..nvml_session import NO_GPU_REASONS, NvmlHang, NvmlStatus
+from ..nvml_session import NO_GPU_REASONS, NvmlCrash, NvmlHang, NvmlStatus
 from ..toolspec import Progress, no_progress
 from . import checks as C
 from .backend import Counters, GpuProcesses, GpuSnapshot, NvmlBackend, Unread
@@ -285,6 +286,9 @@ def probe(backend: NvmlBackend, *, expect_gpus: int | None = None, indices: list
             return backend.worker.call(fn, label, max(deadline - time.monotonic(), 0.05))
         except NvmlHang as hang:
             failed[index] = _hang_check(index, hang, during)
+        except NvmlCrash as crash:
+            failed[index] = _not_probed(index, f"{crash}: NVML faults natively on this GPU; every crash was "
+                                        "survived, but no reading came back", C.E_HANG)
         except Exception as err:  # an adapter bug must cost one GPU's checks, not the whole answer
             failed[index] = _not_probed(index, f"reading this GPU failed: {type(err).__name__}: {err}")
         return None
@@ -295,7 +299,7 @@ def probe(backend: NvmlBackend, *, expect_gpus: int | None = None, indices: list
         if isinstance(snapshot, GpuSnapshot):
             snapshots[index] = snapshot
         if index in failed and failed[index].verdict is Verdict.FAIL:
-            break  # the NVML thread is stuck: queueing more calls behind it would only wait too
+            break  # NVML is stuck: sending more calls after it would only wait too
     later: dict[int, Counters] = {}
     if sample_s > 0 and snapshots and not failed:
         progress(len(selected), len(selected), f"sampling counters for {sample_s:g} s")
