@@ -35,6 +35,11 @@ GPU_HEALTH = HEALTH_SPECS[0]
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _ready() -> None:
+    """Start the worker with a generous limit, so a test's short timeout_s times the call, not our start."""
+    assert NvmlProcessBackend().open(60).ok
+
+
 def _verdicts(report) -> dict[str, str]:
     """Every check's verdict by GPU and name; the C ABI may word an unread signal differently."""
     out = {f"host.{c.name}": c.verdict.value for c in report.host_checks}
@@ -47,6 +52,8 @@ def _verdicts(report) -> dict[str, str]:
 def test_every_scenario_gives_the_same_verdicts_through_the_c_abi(fake_nvml, name):
     fake_nvml(name, hang_s=30)
     python_fake = scenario(name)
+    if python_fake.backend.status.ok:
+        _ready()
     timeout = 1.0 if python_fake.backend.hang_on else 10.0
     kwargs = dict(processes=python_fake.processes, kernel_log=python_fake.read_kernel_log, timeout_s=timeout)
     through_c = probe(NvmlProcessBackend(), **kwargs)
@@ -166,6 +173,7 @@ def test_a_segfault_on_every_gpu_is_survived_once_per_gpu(fake_nvml):
 
 def test_a_hang_in_one_call_is_fail_naming_it_and_the_next_call_gets_a_fresh_worker(fake_nvml):
     fake_nvml("healthy-8xh100", fault="hang:nvmlDeviceGetTemperature@2", hang_s=60)
+    _ready()
     started = time.monotonic()
     first = GPU_HEALTH.call({"timeout_s": 1})
     assert time.monotonic() - started < 10
@@ -180,6 +188,7 @@ def test_a_hang_in_one_call_is_fail_naming_it_and_the_next_call_gets_a_fresh_wor
 def test_a_worker_that_survives_sigkill_is_abandoned_and_reported_not_waited_for(fake_nvml, monkeypatch):
     """A process in D state ignores SIGKILL until the driver lets go; simulated by a kill that does nothing."""
     fake_nvml("healthy-8xh100", fault="hang:nvmlDeviceGetTemperature@0", hang_s=60)
+    _ready()
     real_kill = nvml_session._Worker.kill
     monkeypatch.setattr(nvml_session._Worker, "kill", lambda self: None)
     first = GPU_HEALTH.call({"timeout_s": 1})
@@ -207,6 +216,7 @@ async def test_over_mcp_a_segfault_and_a_hang_are_answers_and_the_server_lives_o
     assert "nvmlDeviceGetPersistenceMode" in check["explanation"] and "SIGSEGV" in check["explanation"]
     assert (await call_ok(client, "gpu_health"))["verdict"] == "UNKNOWN"  # answered again, same skip
     fake_nvml("healthy-8xh100", fault="hang:nvmlDeviceGetUUID@0", hang_s=60)
+    _ready()
     data = await call_ok(client, "gpu_health", {"timeout_s": 1})
     assert data["verdict"] == "FAIL" and "nvmlDeviceGetUUID (GPU 0)" in data["gpus"][0]["checks"][0]["observed"]
     assert (await call_ok(client, "gpu_health", {"timeout_s": 5}))["verdict"] == "PASS"
@@ -237,7 +247,8 @@ def test_reap_tool_on_this_machine_with_the_c_abi(fake_nvml):
 
 def test_idle_sampling_reads_utilisation_and_power_through_the_c_abi(fake_nvml):
     fake_nvml("idle-8xh100")
-    window = sample(0.2, 0.1, backend=NvmlProcessBackend())
+    assert NvmlProcessBackend().open(10).ok  # the window should not include the worker's start
+    window = sample(0.3, 0.1, backend=NvmlProcessBackend())
     assert window.ok and len(window.gpus) == 8 and window.samples >= 2
     assert all(g.util_max == 0 and g.power_w_mean == 70 for g in window.gpus)
     fake_nvml("busy-8xh100")

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import logging
 import mmap
 import os
 import pickle
@@ -52,7 +51,6 @@ from dataclasses import dataclass
 from typing import IO, Any, Generic, TypeVar
 
 T = TypeVar("T")
-log = logging.getLogger(__name__)
 
 RETRY_FAILED_INIT_AFTER_S = 5.0
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
@@ -201,6 +199,12 @@ class SerialWorker:
 # --- the worker process -------------------------------------------------------------------------------
 
 
+def _log() -> Any:
+    import logging  # only when a worker died: logging costs a few ms of every cold start
+
+    return logging.getLogger(__name__)
+
+
 def send_message(stream: IO[bytes], message: object) -> None:
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     stream.write(struct.pack("!I", len(data)) + data)
@@ -252,6 +256,9 @@ class _Worker:
             close_fds=True)
         self.started = time.monotonic()
         self.ready_status: NvmlStatus | None = None
+        self.timings: dict[str, float] = {}
+        """Its start-up, for bench/gpu_health.py: main_at (CLOCK_MONOTONIC), import_pynvml_s, nvml_init_s,
+        ready_after_s (from the spawn to its status arriving here)."""
         self._buffer = b""
 
     @property
@@ -311,7 +318,7 @@ class _Worker:
         except OSError:
             fault = ""
         if fault.strip():
-            log.warning("NVML worker %s died (%s); its last words:\n%s", self.pid, text, fault.strip())
+            _log().warning("NVML worker %s died (%s); its last words:\n%s", self.pid, text, fault.strip())
         return text
 
     def kill(self) -> None:
@@ -394,8 +401,9 @@ class NvmlSession:
             return worker.ready_status
         kind, payload = worker.receive(deadline)
         if kind == "status":
-            worker.ready_status = payload
-            return payload
+            worker.ready_status, worker.timings = payload
+            worker.timings["ready_after_s"] = time.monotonic() - worker.started
+            return worker.ready_status
         if kind == "died":
             how = worker.death()
             where = worker.in_flight()
@@ -499,13 +507,20 @@ class NvmlSession:
             self.skipped[(name, index)] = (f"skipped: it crashed the NVML worker process ({how}) at "
                                            f"{time.strftime('%H:%M:%S')}; not called again until the server "
                                            "restarts")
-            log.warning("NVML call %s crashed the worker (%s); skipping it from now on", where[0], how)
+            _log().warning("NVML call %s crashed the worker (%s); skipping it from now on", where[0], how)
         raise NvmlCrash(self._label, None, f"{MAX_RESTARTS_PER_REQUEST} restarts")
 
     def busy(self) -> tuple[str, float] | None:
         """What the worker is in now (from its shared page), or None."""
         worker = self._worker
         return worker.in_flight() if worker is not None else None
+
+    def startup(self) -> dict[str, float]:
+        """The current worker's start-up times (see ``_Worker.timings``), with the interpreter's share."""
+        worker = self._worker
+        if worker is None or not worker.timings:
+            return {}
+        return {**worker.timings, "python_start_s": worker.timings["main_at"] - worker.started}
 
     @property
     def worker_pid(self) -> int | None:

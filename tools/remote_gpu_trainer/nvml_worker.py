@@ -113,10 +113,15 @@ def _receive(stream: IO[bytes]) -> Any:
 def serve(requests: IO[bytes], replies: IO[bytes], progress: Progress, skip: dict[tuple[str, int | None], str]) -> None:
     from .health.backend import InforomCache, PynvmlBackend, inforom_cache_file
 
+    began = time.monotonic()
+    import pynvml  # noqa: F401 (timed apart from nvmlInit: both are on the cold path)
+
+    imported = time.monotonic()
     progress.note("nvmlInit")
     status = open_nvml()
     progress.clear()
-    send_message(replies, ("status", status))
+    timings = {"main_at": began, "import_pynvml_s": imported - began, "nvml_init_s": time.monotonic() - imported}
+    send_message(replies, ("status", (status, timings)))
     reader = PynvmlBackend(note=progress.note, done=progress.clear, skip=skip,
                            inforom=InforomCache(inforom_cache_file()))
 

@@ -11,16 +11,19 @@ Order of work and why:
    that crashes the worker is skipped after a restart: its one check is UNKNOWN, naming the call.
 3. With ``sample_s`` > 0, sleep on the caller's thread (NVML stays free) and read the
    cumulative counters again: thermal/power violation time, PCIe replays, NVLink errors.
-4. The kernel log (XIDs of this boot) and the process classification run in this process.
+4. The kernel log (XIDs of this boot) is read on a thread while the GPUs are read; the process
+   classification runs after, in this process.
 """
 
 from __future__ import annotations
 
 import glob
+import threading
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import Field
 
@@ -34,6 +37,7 @@ from .checks import Check, GpuContext
 from .holders import Classification, LocalProcesses, ProcessSource, classify
 from .xid import KernelLog, XidEvent, pci_key, read_kernel_log
 
+T = TypeVar("T")
 EXIT_OK, EXIT_FAIL, EXIT_UNKNOWN, EXIT_NO_GPU = 0, 1, 3, 4
 EXIT_CODES_DOC = ("Exit status: 0 PASS or WARN only (trainable; read the warnings) · 1 FAIL (do not train here; "
                   "includes an NVML hang, fewer GPUs than --expect-gpus, a driver/library mismatch) · 2 bad input · "
@@ -263,6 +267,28 @@ def select_indices(indices: list[int] | None, count: int) -> list[int]:
     return sorted(set(indices))
 
 
+def _in_background(fn: Callable[[], T]) -> Callable[[], T]:
+    """Start ``fn`` on a daemon thread; the returned callable waits for its result (or re-raises)."""
+    box: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = fn()
+        except BaseException as err:  # handed to the caller by the returned callable
+            box["error"] = err
+
+    thread = threading.Thread(target=run, name="kernel-log", daemon=True)
+    thread.start()
+
+    def result() -> T:
+        thread.join()
+        if "error" in box:
+            raise box["error"]  # type: ignore[misc]
+        return box["result"]  # type: ignore[return-value]
+
+    return result
+
+
 def probe(backend: NvmlBackend, *, expect_gpus: int | None = None, indices: list[int] | None = None,
           sample_s: float = 0.0, timeout_s: float = 30.0, kernel_log: Callable[[], KernelLog] = read_kernel_log,
           processes: ProcessSource | None = None, progress: Progress = no_progress) -> HealthReport:
@@ -272,6 +298,7 @@ def probe(backend: NvmlBackend, *, expect_gpus: int | None = None, indices: list
     status = backend.open(timeout_s)
     if not status.ok:
         return no_nvml_report(status, backend.name, expect_gpus, source.in_container(), started)
+    log_reader = _in_background(kernel_log)  # /dev/kmsg or journalctl: overlaps the NVML reads
     # A fresh budget for the reads: a slow first nvmlInit (no persistence mode) must not turn into a
     # false "hang" on the GPUs read after it.
     deadline = time.monotonic() + timeout_s
@@ -312,7 +339,7 @@ def probe(backend: NvmlBackend, *, expect_gpus: int | None = None, indices: list
                 later[index] = counters
             elif index in failed:
                 break
-    log = kernel_log()
+    log = log_reader()
     uptime = _uptime_s()
     holders = _classify(snapshots, source, notes)
     by_pci = {pci_key(g.pci_bus_id): i for i, g in snapshots.items() if isinstance(g.pci_bus_id, str)}
