@@ -8,8 +8,8 @@ one through ``.grad.data``), or fp32 state after ``model.to(bfloat16)``, breaks 
 The foreach path (the default on CUDA) first groups params, grads and states by the params' device
 and dtype and refuses a tensor of another dtype, with its own text (``FOREACH`` below), before any
 ``lerp_``. Which of the two texts a user sees depends on the release: torch 2.11 on CUDA refuses bf16
-grads there (issue 27, H100); torch 2.13 lets bf16 through that check (bf16 optimizer states are
-allowed since), so bf16 grads reach ``lerp_`` (reproduced on CPU), while fp16 grads still fail the
+grads there (issue 27, H100); torch 2.13 lets bf16 through that check (it allows bf16 optimizer
+states), so bf16 grads reach ``lerp_`` (reproduced on CPU), while fp16 grads still fail the
 check (the ``fp16_grads_foreach`` variant, reproduced on CPU). Both texts are this failure.
 """
 
