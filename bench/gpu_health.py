@@ -227,7 +227,8 @@ def main() -> None:
           f"{time.strftime('%Y-%m-%d %H:%M:%S')}")
     runs = max(ns.runs, 3)
     if not ns.fake and nvml_status().ok:
-        nvml_bench(runs, "real driver")
+        fake = os.environ.get("RGT_FAKE_NVML_SCENARIO")  # bench/gpu_suite.sh on a CPU box
+        nvml_bench(runs, f"C-level fake libnvidia-ml.so.1 ({fake})" if fake else "real driver")
         return
     no_gpu_bench(runs, max(ns.calls, 10))
     print()

@@ -167,3 +167,13 @@ def test_real_library_loader_without_a_driver_is_fast_and_named():
     status = nvml_session.nvml_status()
     assert time.monotonic() - started < 1.0
     assert status.reason in ("no_driver", "driver_not_loaded") and "nvmlInit failed" in status.detail
+
+
+def test_without_pynvml_the_worker_answers_pynvml_missing(tmp_path, monkeypatch):
+    """A box where nvidia-ml-py is not installed: a status, not a dead worker (the worker gets our sys.path)."""
+    (tmp_path / "pynvml.py").write_text("raise ImportError(\"No module named 'pynvml'\")\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    nvml_session.reset_for_tests()
+    status = nvml_session.nvml_status()
+    assert status.reason == "pynvml_missing" and "nvidia-ml-py is not installed" in status.detail
+    assert nvml_session.session().restarts == 0

@@ -114,8 +114,10 @@ def serve(requests: IO[bytes], replies: IO[bytes], progress: Progress, skip: dic
     from .health.backend import InforomCache, PynvmlBackend, inforom_cache_file
 
     began = time.monotonic()
-    import pynvml  # noqa: F401 (timed apart from nvmlInit: both are on the cold path)
-
+    try:
+        import pynvml  # noqa: F401 (timed apart from nvmlInit: both are on the cold path)
+    except ImportError:
+        pass  # open_nvml() says so as a status (pynvml_missing)
     imported = time.monotonic()
     progress.note("nvmlInit")
     status = open_nvml()
