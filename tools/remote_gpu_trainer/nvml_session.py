@@ -389,7 +389,10 @@ class NvmlSession:
     def _abandon(self, worker: _Worker, where: str) -> None:
         worker.kill()
         self._worker = None
-        time.sleep(0.02)  # a killable worker is gone by now; one in D state is not
+        for _ in range(20):  # a killable worker is gone within moments; one in D state is not
+            if worker.process.poll() is not None:
+                break
+            time.sleep(0.01)
         if worker.process.poll() is None:
             self._abandoned.append((worker, where))
         else:
