@@ -3,7 +3,7 @@
 # torch and nvidia-ml-py (the box has those), and pytest, with their dependencies, for CPython $PYVER
 # (default 3.12) on manylinux x86_64, into .whl/. python-hostlist ships no wheel, so it is built here.
 #
-#   bash bench/gpu_wheels.sh                  # PYVER=3.12 DEST=.whl
+#   bash bench/gpu_wheels.sh                  # PYVER=3.12 DEST=.whl (PYVER="3.11 3.12": both)
 #   CHECK_PYTHON=/path/to/python3.12 bash bench/gpu_wheels.sh   # also install them into a temp dir
 #                                             # with that python and import the CLI without torch
 # On the box: pip install --no-index --no-deps --target /tmp/site .whl/*.whl
@@ -13,7 +13,6 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PYVER=${PYVER:-3.12}
 DEST=${DEST:-$ROOT/.whl}
 PY=${PYTHON:-python3}
-ABI="cp${PYVER/./}"
 mkdir -p "$DEST"
 
 mapfile -t REQS < <("$PY" - "$ROOT/pyproject.toml" <<'PY'
@@ -27,10 +26,12 @@ PY
 )
 REQS+=("pytest>=8")  # the suite runs the gpu-marked tests; a bare box has no pytest
 echo "for CPython $PYVER: ${REQS[*]} + python-hostlist"
-"$PY" -m pip download --quiet --only-binary=:all: --python-version "$PYVER" --implementation cp \
-  --abi "$ABI" --abi abi3 --abi none \
-  --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
-  --platform any -d "$DEST" "${REQS[@]}"
+for version in $PYVER; do  # PYVER="3.11 3.12" fetches for both; the suite installs what fits its python
+  "$PY" -m pip download --quiet --only-binary=:all: --python-version "$version" --implementation cp \
+    --abi "cp${version/./}" --abi abi3 --abi none \
+    --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
+    --platform any -d "$DEST" "${REQS[@]}"
+done
 hostlist=$(grep -o '"python-hostlist[^"]*"' "$ROOT/pyproject.toml" | tr -d '"')
 "$PY" -m pip wheel --quiet --no-deps -w "$DEST" "$hostlist"
 wheels=("$DEST"/*.whl)
