@@ -36,7 +36,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
-BREAKDOWN_FLAG = "--cold-breakdown-child"
 
 
 def timed(fn: Callable[[], object]) -> float:
@@ -83,47 +82,59 @@ def ratio_line(label: str, ours: list[float], smi: list[float], goal: str) -> No
 # --- the instrumented cold start (runs in a fresh process) ------------------------------------------------
 
 
-def cold_breakdown_child() -> None:
-    """`rgt health --json` step by step, as cli.main does it; prints one JSON line of durations."""
-    t0 = time.perf_counter()
-    from remote_gpu_trainer.nvml_session import session
+COLD_CHILD = """
+import time
+started = time.monotonic()
+import json, os, sys
+t0 = time.perf_counter()
+from remote_gpu_trainer.nvml_session import session
 
-    session().start()
-    t_spawn = time.perf_counter()
-    from remote_gpu_trainer import cli, registry
+session().start()
+t_spawn = time.perf_counter()
+from remote_gpu_trainer import cli, registry
 
-    t_cli = time.perf_counter()
-    specs = registry.cli_specs("health")
-    t_tool = time.perf_counter()
-    namespace = cli.build_parser(specs).parse_args(["health", "--json"])
-    t_parse = time.perf_counter()
-    status = session().status(30)
-    t_ready = time.perf_counter()
-    report = namespace.spec.call({})
-    t_probe = time.perf_counter()
-    text = report.model_dump_json(indent=2)
-    t_json = time.perf_counter()
-    assert status.ok and text
-    print(json.dumps({
-        "import nvml_session + spawn worker": t_spawn - t0, "import cli (pydantic, registry)": t_cli - t_spawn,
-        "import health.tool": t_tool - t_cli, "argparse": t_parse - t_tool,
-        "wait for the worker (not overlapped)": t_ready - t_parse, "probe (all GPUs, judge)": t_probe - t_ready,
-        "JSON": t_json - t_probe, "worker": session().startup()}))
+t_cli = time.perf_counter()
+specs = registry.cli_specs("health")
+t_tool = time.perf_counter()
+namespace = cli.build_parser(specs).parse_args(["health", "--json"])
+t_parse = time.perf_counter()
+status = session().status(30)
+t_ready = time.perf_counter()
+report = namespace.spec.call({})
+t_probe = time.perf_counter()
+text = report.model_dump_json(indent=2)
+t_json = time.perf_counter()
+assert status.ok and text
+print(json.dumps({
+    "interpreter start": started - float(sys.argv[1]), "import nvml_session + spawn worker": t_spawn - t0,
+    "import cli (pydantic, registry)": t_cli - t_spawn, "import health.tool": t_tool - t_cli,
+    "argparse": t_parse - t_tool, "wait for the worker (not overlapped)": t_ready - t_parse,
+    "probe (all GPUs, judge)": t_probe - t_ready, "JSON": t_json - t_probe, "worker": session().startup(),
+    "ended_at": time.monotonic()}), flush=True)
+os._exit(0)  # as cli.entry does after an NVML command
+"""
+"""`rgt health --json` step by step, as cli.main and cli.entry do it, in a fresh process that imports
+nothing else; argv[1] is the parent's CLOCK_MONOTONIC at the spawn, so the interpreter's start counts."""
 
 
 def cold_breakdown(runs: int, env: dict[str, str]) -> None:
     rows: list[dict] = []
     for _ in range(runs):
-        done = subprocess.run([sys.executable, __file__, BREAKDOWN_FLAG], capture_output=True, text=True, timeout=120,
-                              env=env)
+        spawned_at = time.monotonic()
+        done = subprocess.run([sys.executable, "-c", COLD_CHILD, repr(spawned_at)], capture_output=True, text=True,
+                              timeout=120, env=env)
+        ended = time.monotonic()
         if done.returncode == 0 and done.stdout.strip():
-            rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            row = json.loads(done.stdout.strip().splitlines()[-1])
+            row["exit"] = ended - row.pop("ended_at")
+            row["total"] = ended - spawned_at
+            rows.append(row)
         else:
             print(f"  (breakdown child failed: {done.stderr.strip()[-300:]})")
     if not rows:
         return
     interpreter, _ = interleaved(lambda: run_quiet([sys.executable, "-c", "pass"], env), None, runs)
-    print(f"  {'python start (python -c pass)':<44} {ms(statistics.median(interpreter))}")
+    print(f"  {'(python -c pass, for scale)':<44} {ms(statistics.median(interpreter))}")
     for key in rows[0]:
         if key != "worker":
             print(f"  {key:<44} {ms(statistics.median(r[key] for r in rows))}")
@@ -213,9 +224,6 @@ def use_fake(scenario: str) -> str | None:
 
 
 def main() -> None:
-    if sys.argv[1:] == [BREAKDOWN_FLAG]:
-        cold_breakdown_child()
-        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=9, help="repetitions per series")
     parser.add_argument("--calls", type=int, default=200, help="in-process repetitions (no-driver mode)")
