@@ -79,14 +79,21 @@ step_install() {
   local wheels=${RGT_SUITE_WHEELS:-$ROOT/.whl}
   if ls "$wheels"/*.whl >/dev/null 2>&1; then
     rm -rf "$SITE"  # beside $WORK, not in it: the tarball keeps results, not 50 MB of packages
+    local installed=yes
     if ! timeout 80 "$PY" -m pip install -q --no-index --no-deps --upgrade --target "$SITE" "$wheels"/*.whl; then
       echo "not every wheel fits $("$PY" -V) (wheels for several versions?): pip picks one per package"
       rm -rf "$SITE"
       # shellcheck disable=SC2046
       timeout 80 "$PY" -m pip install -q --no-index --no-deps --find-links "$wheels" --upgrade --target "$SITE" \
-        $(find "$wheels" -name '*.whl' -printf '%f\n' | cut -d- -f1 | sort -u) || return 1
+        $(find "$wheels" -maxdepth 1 -type f -name '*.whl' -printf '%f\n' | cut -d- -f1 | sort -u) || installed=no
     fi
-    export PYTHONPATH="$SITE:$ROOT/tools${PYTHONPATH:+:$PYTHONPATH}"
+    if [ "$installed" = no ]; then  # a half-filled folder would shadow what the python has
+      echo "the wheels in $wheels do not install on $("$PY" -V): using what this python already has"
+      rm -rf "$SITE"
+      export PYTHONPATH="$ROOT/tools${PYTHONPATH:+:$PYTHONPATH}"
+    else
+      export PYTHONPATH="$SITE:$ROOT/tools${PYTHONPATH:+:$PYTHONPATH}"
+    fi
   else
     echo "no wheels in $wheels: using what this python already has"
     export PYTHONPATH="$ROOT/tools${PYTHONPATH:+:$PYTHONPATH}"
@@ -108,6 +115,7 @@ PY
   "$PY" -m remote_gpu_trainer info 2>&1 | tee "$STEP_DIR/info.txt" | head -20
   "$PY" -c "from remote_gpu_trainer.nvml_session import nvml_status; import sys; s = nvml_status(30); \
 print(s.detail); sys.exit(0 if s.ok else 1)" && echo yes > "$WORK/nvml" || echo no > "$WORK/nvml"
+  [ "${installed:-yes}" = yes ]
 }
 
 step_pytest_nvml() {  # alone and first: a native fault in the in-process adapter test ends pytest
