@@ -129,6 +129,44 @@ def _skip_gpu_tests_without_a_gpu(items) -> None:
 
 
 @pytest.fixture(scope="session")
+def nvml_fake_lib(tmp_path_factory) -> Path:
+    """The C-level fake libnvidia-ml.so.1 (tests/nvml_fake), compiled once per session against NVIDIA's
+    nvml.h; the directory to put on LD_LIBRARY_PATH. Skips only when gcc or the header is missing."""
+    from tests.nvml_fake import Unavailable, build
+
+    try:
+        return build(tmp_path_factory.mktemp("nvml-fake"))
+    except Unavailable as why:
+        pytest.skip(f"C-level fake NVML not built: {why}")
+
+
+@pytest.fixture
+def fake_nvml(nvml_fake_lib, tmp_path, monkeypatch):
+    """``use(scenario, fault=None, once=True, hang_s=None)``: from now on the NVML worker process loads
+    the C-level fake with that scenario from health/fakes.py (and fault, e.g. ``segv:<call>[@gpu]``).
+    Each test gets a fresh session and its own per-boot cache; the worker is ended afterwards."""
+    import itertools
+
+    from remote_gpu_trainer import nvml_session
+    from tests.nvml_fake import environment, write_scenario
+
+    uses = itertools.count()
+
+    def use(scenario: str, fault: str | None = None, once: bool = True, hang_s: float | None = None) -> Path:
+        path = write_scenario(scenario, tmp_path / f"{scenario}.nvml")
+        marker = tmp_path / f"fault-fired-{next(uses)}" if once and fault else None
+        for key, value in environment(nvml_fake_lib, path, fault, marker, hang_s).items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setenv("RGT_CACHE_DIR", str(tmp_path / "cache"))
+        monkeypatch.delenv("RGT_HEALTH_FAKE", raising=False)
+        nvml_session.reset_for_tests()
+        return path
+
+    yield use
+    nvml_session.reset_for_tests()
+
+
+@pytest.fixture(scope="session")
 def ssh_fleet(tmp_path_factory):
     """Loopback ssh boxes that look like fresh rented boxes (tests/sshbox.py), shared by the remote tests of
     this process: ``box-a`` (OpenSSH sshd where it is installed, healthy 8×H100 fake) and ``box-b`` (the

@@ -108,3 +108,28 @@ def test_file_input_keeps_carriage_returns_so_line_numbers_match_grep(tmp_path):
     log = tmp_path / "train.log"
     log.write_bytes(b"step 1\rstep 2\rstep 3\nValueError: Attempting to unscale FP16 gradients.\n")
     assert cli._read_text(str(log)) == "step 1\rstep 2\rstep 3\nValueError: Attempting to unscale FP16 gradients.\n"
+
+
+def test_cli_homes_name_the_module_of_every_command():
+    """`rgt <word>` imports only registry.CLI_HOMES[word]: it must be the module that defines the command."""
+    from remote_gpu_trainer import registry
+
+    words: dict[str, set[str]] = {}
+    for spec in registry.all_specs():
+        if not spec.internal:
+            words.setdefault(spec.cli.split()[0], set()).add(registry.home_of(spec.name))
+    assert {word: {module} for word, module in registry.CLI_HOMES.items()} == words
+    for word in registry.CLI_HOMES:
+        fast = {s.cli for s in registry.cli_specs(word)}
+        assert fast == {s.cli for s in registry.all_specs() if not s.internal and s.cli.split()[0] == word}
+
+
+def test_one_command_imports_only_its_own_tool_module():
+    code = ("import sys; from remote_gpu_trainer import cli; cli.build_parser(cli.cli_specs('health'))"
+            ".parse_args(['health', '--help'])")
+    done = subprocess.run([sys.executable, "-c", code + "\n"], capture_output=True, text=True, timeout=60)
+    assert "--expect-gpus" in done.stdout
+    code = ("import sys; from remote_gpu_trainer import cli; cli.build_parser(cli.cli_specs('health')); "
+            "print(sorted(m for m in sys.modules if m.startswith('remote_gpu_trainer.') and m.endswith('tool')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "['remote_gpu_trainer.health.tool']", done.stdout + done.stderr

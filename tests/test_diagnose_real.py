@@ -29,3 +29,25 @@ def test_realistic_log_reaches_the_right_file(case):
     ranked = [(m.id, m.file, m.evidence) for m in out.matches]
     assert out.matches and out.matches[0].file in case["files"], \
         f"{case['why']}: expected {case['files']}, got {ranked}"
+
+
+FOREACH_CHECK = ("Tensors of the same index must be on the same device and the same dtype except `step` tensors "
+                 "that can be ")
+
+
+@pytest.mark.parametrize("ending", [
+    "CPU and float32/64 notwithstanding",  # torch 2.11.0+cu130 on an H100 (issue 27)
+    "CPU and float32/64, and optimizer states that can be bfloat16 for mixed-precision training",  # torch 2.13
+    "CPU and float32 notwithstanding",  # the wording in 2023-2024 reports
+])
+def test_the_foreach_grouping_text_ranks_amp03_first(ending):
+    """bf16 grads into Adam as CUDA users see it: refused by the foreach check before lerp_ (AMP-03)."""
+    log = ("  File \"/usr/local/lib/python3.12/dist-packages/torch/optim/adam.py\", line 627, in _multi_tensor_adam\n"
+           "    grouped_tensors = Optimizer._group_tensors_by_device_and_dtype(\n"
+           "  File \"/usr/local/lib/python3.12/dist-packages/torch/utils/_foreach_utils.py\", line 47, in "
+           "_group_tensors_by_device_and_dtype\n"
+           "    return torch._C._group_tensors_by_device_and_dtype(tensorlistlist, with_indices)\n"
+           f"RuntimeError: {FOREACH_CHECK}{ending}\n")
+    out = diagnose(log, 3)
+    assert out.matches and out.matches[0].id == "AMP-03", [(m.id, m.evidence) for m in out.matches]
+    assert out.matches[0].evidence in ("signature", "root")  # root: the signature on the log's final error line

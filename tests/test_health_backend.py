@@ -54,6 +54,14 @@ def device(index: int = 0, **over: Any) -> dict[str, Any]:
     return base
 
 
+def _pointee(pointer: Any) -> Any:
+    """What C would see behind a pointer argument. pynvml passes the caller's argument to C as is, so
+    a struct (not ``ctypes.byref(struct)``) would be copied by value and C would write through garbage
+    (SIGSEGV on a real H100): refuse it here as loudly."""
+    assert type(pointer).__name__ == "CArgObject", f"NVML needs ctypes.byref(struct), got {type(pointer).__name__}"
+    return pointer._obj
+
+
 class FakeLibrary:
     """Stands in for libnvidia-ml behind pynvml's Python functions. Handles are GPU indices."""
 
@@ -142,12 +150,14 @@ class FakeLibrary:
     def nvmlDeviceGetPersistenceMode(self, h): return self.devices[h]["persistence"]
     def nvmlDeviceGetMigMode(self, h): return list(self.devices[h]["mig"])
 
-    def nvmlDeviceGetGpuFabricInfoV(self, h, info):
+    def nvmlDeviceGetGpuFabricInfoV(self, h, pointer):
+        info = _pointee(pointer)
         assert info.version == NV.nvmlGpuFabricInfo_v2
         info.state, info.status = self.devices[h]["fabric"]
         return NV.NVML_SUCCESS
 
-    def nvmlDeviceGetGpuFabricInfo(self, h, info):
+    def nvmlDeviceGetGpuFabricInfo(self, h, pointer):
+        info = _pointee(pointer)
         info.state, info.status = self.devices[h]["fabric"]
         return NV.NVML_SUCCESS
 
@@ -398,7 +408,8 @@ def test_field_values_and_fabric_struct_through_pynvml_wrappers(cfuncs):
                 array[i].nvmlReturn = NV.NVML_ERROR_NOT_SUPPORTED
         return NV.NVML_SUCCESS
 
-    def fabric_v(handle, info):  # pynvml hands the struct itself to the C function
+    def fabric_v(handle, pointer):  # pynvml hands our argument to C as is: it must be a pointer
+        info = _pointee(pointer)
         assert info.version == NV.nvmlGpuFabricInfo_v2
         info.state, info.status = NV.NVML_GPU_FABRIC_STATE_IN_PROGRESS, 0
         return NV.NVML_SUCCESS

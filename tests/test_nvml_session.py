@@ -1,19 +1,23 @@
-"""nvml_session: one NVML init per process, one worker thread, and a timeout that really fires.
+"""nvml_session: one NVML worker process per server, one nvmlInit in it, and timeouts that really fire.
 
-pynvml is monkeypatched (nvmlInit & co.), so these run without a GPU and without a driver; the
-no-driver case at the end runs the real library loader on this machine.
+SerialWorker (the in-process job thread the fakes use) and the init's error naming run with a
+monkeypatched pynvml; the session itself runs its real worker process, with the C-level fake
+libnvidia-ml (tests/nvml_fake) or, at the end, the real library loader on this driverless machine.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pynvml
 import pytest
 
 from remote_gpu_trainer import nvml_session
 from remote_gpu_trainer.nvml_session import NvmlHang, SerialWorker
+from remote_gpu_trainer.nvml_worker import open_nvml
+from tests.nvml_fake import scenario_text
 
 
 @pytest.fixture(autouse=True)
@@ -80,17 +84,6 @@ def test_cancelled_job_is_never_run():
     assert ran == []  # its caller gave up before it started: NVML is not touched for nobody
 
 
-def test_init_happens_once_and_is_cached(monkeypatch):
-    calls: list[str] = []
-    _patch_ok(monkeypatch, calls)
-    first = nvml_session.nvml_status()
-    second = nvml_session.nvml_status()
-    assert first.ok and second is first
-    assert calls == ["init"]
-    assert (first.driver_version, first.nvml_version, first.device_count, first.cuda_driver_version) == \
-        ("570.86.15", "12.570.86.15", 8, "12.8")
-
-
 @pytest.mark.parametrize(("code", "reason", "words"), [
     (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, "no_driver", "libnvidia-ml.so.1"),
     (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "driver_not_loaded", "modprobe"),
@@ -103,45 +96,9 @@ def test_init_failures_are_named(monkeypatch, code, reason, words):
         raise pynvml.NVMLError(code)
 
     _patch_ok(monkeypatch, [], init=fail)
-    status = nvml_session.nvml_status()
+    status = open_nvml()  # what the worker process runs first
     assert not status.ok and status.reason == reason
     assert words in status.detail
-
-
-def test_failed_init_is_retried_later_but_not_on_every_call(monkeypatch):
-    attempts: list[int] = []
-
-    def fail():
-        attempts.append(1)
-        raise pynvml.NVMLError(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
-
-    _patch_ok(monkeypatch, [], init=fail)
-    assert nvml_session.nvml_status().reason == "driver_not_loaded"
-    assert nvml_session.nvml_status().reason == "driver_not_loaded"
-    assert len(attempts) == 1
-    monkeypatch.setattr(nvml_session, "RETRY_FAILED_INIT_AFTER_S", 0.0)
-    calls: list[str] = []
-    _patch_ok(monkeypatch, calls)  # e.g. after `modprobe nvidia`
-    assert nvml_session.nvml_status().ok and calls == ["init"]
-
-
-def test_hung_init_reports_timeout_and_later_calls_reuse_the_same_attempt(monkeypatch):
-    release = threading.Event()
-    inits: list[int] = []
-
-    def slow_init():
-        inits.append(1)
-        release.wait(30)
-
-    _patch_ok(monkeypatch, [], init=slow_init)
-    started = time.monotonic()
-    status = nvml_session.nvml_status(timeout_s=0.2)
-    assert status.reason == "timeout" and "XID 79" in status.detail
-    assert time.monotonic() - started < 2
-    assert nvml_session.nvml_status(timeout_s=0.1).reason == "timeout"
-    release.set()
-    assert nvml_session.nvml_status(timeout_s=5).ok
-    assert len(inits) == 1
 
 
 def test_unexpected_exception_during_init_is_a_status(monkeypatch):
@@ -149,12 +106,60 @@ def test_unexpected_exception_during_init_is_a_status(monkeypatch):
         raise RuntimeError("ctypes exploded")
 
     _patch_ok(monkeypatch, [], init=broken)
-    status = nvml_session.nvml_status()
+    status = open_nvml()
     assert not status.ok and status.reason == "error" and "ctypes exploded" in status.detail
 
 
+def test_init_happens_once_in_the_worker_and_never_in_this_process(fake_nvml):
+    fake_nvml("healthy-8xh100")
+    first = nvml_session.nvml_status()
+    pid = nvml_session.session().worker_pid
+    second = nvml_session.nvml_status()
+    assert first.ok and second is first and nvml_session.session().worker_pid == pid
+    assert (first.driver_version, first.nvml_version, first.device_count, first.cuda_driver_version) == \
+        ("570.86.15", "12.570.86.15", 8, "12.8")
+    assert "libnvidia-ml" not in Path("/proc/self/maps").read_text()  # only the worker loaded it
+    assert "libnvidia-ml" in Path(f"/proc/{pid}/maps").read_text()
+
+
+def test_init_failures_from_the_c_library_are_named(fake_nvml):
+    fake_nvml("driver-mismatch")
+    status = nvml_session.nvml_status()
+    assert status.reason == "driver_library_mismatch" and "reboot" in status.detail
+
+
+def test_failed_init_is_retried_later_but_not_on_every_call(fake_nvml, monkeypatch):
+    scenario = fake_nvml("driver-mismatch")
+    assert nvml_session.nvml_status().reason == "driver_library_mismatch"
+    scenario.write_text(scenario_text("healthy-8xh100"))  # e.g. the reboot: the same worker retries
+    assert nvml_session.nvml_status().reason == "driver_library_mismatch"  # cached: no retry yet
+    monkeypatch.setattr(nvml_session, "RETRY_FAILED_INIT_AFTER_S", 0.0)
+    pid = nvml_session.session().worker_pid
+    assert nvml_session.nvml_status().ok and nvml_session.session().worker_pid == pid
+
+
+def test_hung_init_reports_timeout_and_later_calls_reuse_the_same_attempt(fake_nvml):
+    fake_nvml("healthy-8xh100", fault="hang:nvmlInitWithFlags", hang_s=2)
+    started = time.monotonic()
+    status = nvml_session.nvml_status(timeout_s=0.3)
+    assert status.reason == "timeout" and "XID 79" in status.detail
+    assert time.monotonic() - started < 2
+    pid = nvml_session.session().worker_pid
+    assert nvml_session.nvml_status(timeout_s=0.1).reason == "timeout"
+    assert nvml_session.nvml_status(timeout_s=10).ok  # the slow init finished: the same attempt
+    assert nvml_session.session().worker_pid == pid
+
+
+def test_a_crash_in_init_is_a_status_and_a_later_call_starts_a_new_worker(fake_nvml, monkeypatch):
+    fake_nvml("healthy-8xh100", fault="segv:nvmlInitWithFlags")
+    status = nvml_session.nvml_status()
+    assert status.reason == "crashed" and "SIGSEGV" in status.detail and "nvmlInit" in status.detail
+    monkeypatch.setattr(nvml_session, "RETRY_FAILED_INIT_AFTER_S", 0.0)
+    assert nvml_session.nvml_status().ok  # the fault fired once: a new worker initialises
+
+
 def test_real_library_loader_without_a_driver_is_fast_and_named():
-    """This machine has no NVIDIA driver: the real pynvml must say so in well under a second."""
+    """This machine has no NVIDIA driver: the worker's real pynvml must say so in well under a second."""
     if nvml_session.nvml_status().ok:
         pytest.skip("a working NVIDIA driver is present")
     nvml_session.reset_for_tests()
@@ -162,3 +167,13 @@ def test_real_library_loader_without_a_driver_is_fast_and_named():
     status = nvml_session.nvml_status()
     assert time.monotonic() - started < 1.0
     assert status.reason in ("no_driver", "driver_not_loaded") and "nvmlInit failed" in status.detail
+
+
+def test_without_pynvml_the_worker_answers_pynvml_missing(tmp_path, monkeypatch):
+    """A box where nvidia-ml-py is not installed: a status, not a dead worker (the worker gets our sys.path)."""
+    (tmp_path / "pynvml.py").write_text("raise ImportError(\"No module named 'pynvml'\")\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    nvml_session.reset_for_tests()
+    status = nvml_session.nvml_status()
+    assert status.reason == "pynvml_missing" and "nvidia-ml-py is not installed" in status.detail
+    assert nvml_session.session().restarts == 0

@@ -19,6 +19,15 @@ SKILL_FILE = "SKILL.md"
 MARKDOWN_DIRS = ("references", "profiles")
 
 
+def cache_dir() -> Path:
+    """Where the package keeps what it can rebuild (tool list, run ledger, per-boot NVML facts):
+    ``RGT_CACHE_DIR``, else ``$XDG_CACHE_HOME/remote-gpu-trainer`` (``~/.cache/...``)."""
+    if override := os.environ.get("RGT_CACHE_DIR"):
+        return Path(override)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "remote-gpu-trainer"
+
+
 @cache
 def skill_root() -> Path:
     override = os.environ.get("RGT_SKILL_ROOT")

@@ -6,21 +6,28 @@ driver is too old, no permission, ...). That keeps "could not read" apart from "
 the way to the verdict, and lets the same checks run on named fake scenarios (``fakes.py``) in CI
 and on real NVML on a GPU box.
 
-Backends are plain synchronous objects. The caller runs their methods on ``backend.worker`` (one
-thread per backend, see ``nvml_session``) with a timeout, so a call that hangs in the driver costs a
-verdict, not the server.
+Backends are plain synchronous objects. The caller runs their methods through ``backend.worker``
+with a timeout (``worker.call(fn, label, timeout_s)``), so a call that hangs in the driver costs a
+verdict, not the server. The production backend, :class:`NvmlProcessBackend`, sends each read to
+the NVML worker process (``nvml_session``), so a native fault costs one unread signal, not the
+process. :class:`PynvmlBackend` is the adapter that worker runs; used in-process (tests drive it with a
+monkeypatched pynvml) a native fault would take the calling process with it.
 """
 
 from __future__ import annotations
 
+import ctypes
+import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar, Union
 
 from .. import nvml_session
-from ..nvml_session import NvmlStatus, SerialWorker
+from ..nvml_session import NvmlSession, NvmlStatus, SerialWorker
 
 T = TypeVar("T")
 
@@ -178,7 +185,7 @@ class NvmlBackend(Protocol):
     """``nvml`` for the real adapter, ``fake:<scenario>`` for a fake."""
 
     @property
-    def worker(self) -> SerialWorker: ...
+    def worker(self) -> SerialWorker | NvmlSession: ...
 
     def open(self, timeout_s: float) -> NvmlStatus: ...
 
@@ -213,12 +220,78 @@ def _error_kind(pynvml: Any, code: int) -> ErrorKind:
     return kinds.get(code, ErrorKind.ERROR)
 
 
+class InforomCache:
+    """InfoROM validity per GPU, checked once per boot.
+
+    ``nvmlDeviceValidateInforom`` checksums the InfoROM: 70 ms per GPU of an 80 ms warm probe on an
+    H100 (issue 27), and its answer cannot change while the machine is up. The answer is kept in
+    memory and, with a ``path``, in a file keyed by the kernel's boot id, so a fresh ``rgt health``
+    after the first one of a boot skips it too. Only definite answers are kept (valid, corrupted, not
+    supported); an error is asked again next time.
+    """
+
+    BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+    def __init__(self, path: Path | None = None):
+        self.path = path
+        self.boot = self._boot_id() if path else None
+        self.states: dict[str, str] = {}
+        if self.path and self.boot:
+            try:
+                saved = json.loads(self.path.read_text())
+                if saved.get("boot_id") == self.boot and isinstance(saved.get("gpus"), dict):
+                    self.states = {str(k): str(v) for k, v in saved["gpus"].items()}
+            except (OSError, ValueError, AttributeError):
+                pass
+
+    def _boot_id(self) -> str | None:
+        try:
+            return self.BOOT_ID.read_text().strip() or None
+        except OSError:
+            return None
+
+    def get(self, key: str) -> str | None:
+        return self.states.get(key)
+
+    def put(self, key: str, state: str) -> None:
+        self.states[key] = state
+        if not (self.path and self.boot):
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            temp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+            temp.write_text(json.dumps({"boot_id": self.boot, "gpus": self.states}))
+            os.replace(temp, self.path)
+        except OSError:
+            pass  # a read-only home: the in-memory answer still serves this process
+
+
+def inforom_cache_file() -> Path:
+    from ..paths import cache_dir
+
+    return cache_dir() / "nvml-inforom.json"
+
+
+_local_worker = SerialWorker("nvml-local")
+
+
 class PynvmlBackend:
-    """Reads real GPUs through nvidia-ml-py. Every call goes through :meth:`_call`, which turns an
-    NVMLError into an :class:`Unread` (or stops reading a lost GPU) and tells the worker which call
-    is in flight, so a hang is reported with the exact call and GPU."""
+    """Reads GPUs through nvidia-ml-py in *this* process. Every call goes through :meth:`_call`, which
+    turns an NVMLError into an :class:`Unread` (or stops reading a lost GPU) and says which call is in
+    flight (``note``), so a hang or a crash is reported with the exact call and GPU.
+
+    It runs inside the NVML worker process (``nvml_worker``), which passes ``note``/``done`` (the
+    shared progress page), ``skip`` (calls that crashed an earlier worker) and a per-boot InfoROM
+    cache. In-process, without them, it is what the adapter tests drive."""
 
     name = "nvml"
+
+    def __init__(self, note: Callable[[str], None] | None = None, done: Callable[[], None] | None = None,
+                 skip: dict[tuple[str, int | None], str] | None = None, inforom: InforomCache | None = None):
+        self._note = note
+        self._done = done
+        self.skip = dict(skip or {})
+        self.inforom = inforom or InforomCache()
 
     @property
     def _nvml(self) -> Any:
@@ -228,16 +301,28 @@ class PynvmlBackend:
 
     @property
     def worker(self) -> SerialWorker:
-        return nvml_session.worker()
+        return _local_worker
 
     def open(self, timeout_s: float) -> NvmlStatus:
-        return nvml_session.nvml_status(timeout_s)
+        from ..nvml_worker import open_nvml
+
+        try:
+            return self.worker.call(open_nvml, "nvmlInit", timeout_s)
+        except nvml_session.NvmlHang:
+            return NvmlStatus(False, "timeout", f"nvmlInit did not return within {timeout_s:g} s")
 
     # -- plumbing --------------------------------------------------------------------------------
 
-    def _call(self, index: int, name: str, *args: Any) -> Any:
+    def _call(self, index: int | None, name: str, *args: Any) -> Any:
         """``pynvml.<name>(*args)``, or an Unread; raises _Lost when the GPU is gone."""
-        self.worker.detail = f"{name} (GPU {index})"
+        skipped = self.skip.get((name, index))
+        if skipped:
+            return Unread(ErrorKind.ERROR, name, skipped)
+        label = f"{name} (GPU {index})" if index is not None else name
+        if self._note:
+            self._note(label)
+        else:
+            self.worker.detail = label
         try:
             return getattr(self._nvml, name)(*args)
         except self._nvml.NVMLError as err:
@@ -245,6 +330,9 @@ class PynvmlBackend:
             if unread.kind in LOST_KINDS:
                 raise _Lost(unread) from None
             return unread
+        finally:
+            if self._done:
+                self._done()
 
     def _first(self, index: int, names: tuple[str, ...], *args: Any) -> Any:
         """The first of several API versions the driver exports (newest first)."""
@@ -312,6 +400,24 @@ class PynvmlBackend:
             return GpuProcesses(index=index, lost=lost.unread, **values)
         return GpuProcesses(index=index, **values)
 
+    def list_devices(self) -> list[tuple[str, str, tuple[int, int]]]:
+        """(name, uuid, compute capability) of every GPU, for the launch renderers. Raises on any
+        unreadable value: the renderers then say "unknown", never guess."""
+        out = []
+        for index in range(self._nvml.nvmlDeviceGetCount()):
+            try:
+                handle = self._handle(index)
+                name = self._call(index, "nvmlDeviceGetName", handle)
+                uuid = self._call(index, "nvmlDeviceGetUUID", handle)
+                capability = self._call(index, "nvmlDeviceGetCudaComputeCapability", handle)
+            except _Lost as lost:
+                raise RuntimeError(f"GPU {index}: {lost.unread.kind.value} in {lost.unread.call}") from None
+            for reading in (name, uuid, capability):
+                if isinstance(reading, Unread):
+                    raise RuntimeError(f"GPU {index}: {reading.call} failed: {reading.detail or reading.kind}")
+            out.append((_text(name), _text(uuid), (int(capability[0]), int(capability[1]))))
+        return out
+
     def _read_identity(self, index: int, handle: Any, values: dict[str, Any]) -> None:
         nv = self._nvml
         values["name"] = _map(self._call(index, "nvmlDeviceGetName", handle), _text)
@@ -335,9 +441,27 @@ class PynvmlBackend:
         values["remapped_rows"] = _map(self._call(index, "nvmlDeviceGetRemappedRows", handle),
                                        lambda r: RemappedRows(int(r[0]), int(r[1]), bool(r[2]), bool(r[3])))
         values["retired_pages"] = self._retired_pages(index, handle)
-        inforom = self._call(index, "nvmlDeviceValidateInforom", handle)  # returns None when valid
-        corrupted = isinstance(inforom, Unread) and inforom.code == nv.NVML_ERROR_CORRUPTED_INFOROM
-        values["inforom_valid"] = False if corrupted else _map(inforom, lambda _: True)
+        values["inforom_valid"] = self._inforom(index, handle, values.get("uuid"))
+
+    def _inforom(self, index: int, handle: Any, uuid: Any) -> Reading[bool]:
+        """Valid, corrupted, or why not read; asked once per boot (see :class:`InforomCache`)."""
+        call = "nvmlDeviceValidateInforom"
+        key = uuid if isinstance(uuid, str) else f"index-{index}"
+        state = self.inforom.get(key)
+        if state is None:
+            answer = self._call(index, call, handle)  # returns None when valid
+            if not isinstance(answer, Unread):
+                state = "valid"
+            elif answer.code == self._nvml.NVML_ERROR_CORRUPTED_INFOROM:
+                state = "corrupted"
+            elif answer.kind is ErrorKind.NOT_SUPPORTED:
+                state = "not_supported"
+            else:
+                return answer
+            self.inforom.put(key, state)
+        if state == "not_supported":
+            return Unread(ErrorKind.NOT_SUPPORTED, call, "Not Supported (checked once this boot)")
+        return state == "valid"
 
     def _retired_pages(self, index: int, handle: Any) -> Reading[RetiredPages]:
         nv = self._nvml
@@ -378,16 +502,21 @@ class PynvmlBackend:
         values["nvlink_active"] = self._nvlink(index, handle)
 
     def _fabric(self, index: int, handle: Any) -> Reading[Fabric]:
+        """The one struct this adapter hands to NVML itself. pynvml sets no ``argtypes`` and passes the
+        argument straight to C, so it must be ``ctypes.byref(info)``: the struct itself (by value)
+        made NVML write through a garbage pointer and segfaulted the process on a real H100."""
         nv = self._nvml
         info = nv.c_nvmlGpuFabricInfoV_t()
         info.version = nv.nvmlGpuFabricInfo_v2
-        done = self._call(index, "nvmlDeviceGetGpuFabricInfoV", handle, info)
+        done = self._call(index, "nvmlDeviceGetGpuFabricInfoV", handle, ctypes.byref(info))
         if isinstance(done, Unread) and done.kind is ErrorKind.FUNCTION_NOT_FOUND:
             info = nv.c_nvmlGpuFabricInfo_t()
-            done = self._call(index, "nvmlDeviceGetGpuFabricInfo", handle, info)
+            done = self._call(index, "nvmlDeviceGetGpuFabricInfo", handle, ctypes.byref(info))
         if isinstance(done, Unread):
             return done
-        return Fabric(state=int(info.state), status=int(info.status))
+        # nvml.h declares the state `unsigned char`; pynvml reads 4 bytes there, three of them padding
+        # NVML never promised to zero. Keep the byte the header defines.
+        return Fabric(state=int(info.state) & 0xFF, status=int(info.status))
 
     def _nvlink(self, index: int, handle: Any) -> Reading[tuple[bool, ...]]:
         """Link states until the first link the GPU does not have (NOT_SUPPORTED / INVALID_ARGUMENT)."""
@@ -451,6 +580,32 @@ class PynvmlBackend:
         return Counters(at=time.monotonic(), thermal_violation_ns=thermal, power_violation_ns=power,
                         pcie_replays=replays, nvlink_replay_errors=nvl_replay, nvlink_recovery_errors=nvl_recovery,
                         nvlink_crc_errors=nvl_crc)
+
+
+class NvmlProcessBackend:
+    """The backend the tools use: every read runs :class:`PynvmlBackend` in the NVML worker process
+    (``nvml_session``), so a native fault or a wedged driver never takes the caller down."""
+
+    name = "nvml"
+
+    @property
+    def worker(self) -> NvmlSession:
+        return nvml_session.session()
+
+    def open(self, timeout_s: float) -> NvmlStatus:
+        return self.worker.status(timeout_s)
+
+    def read_gpu(self, index: int) -> GpuSnapshot:
+        return self.worker.request("read_gpu", index)
+
+    def read_counters(self, index: int) -> Counters:
+        return self.worker.request("read_counters", index)
+
+    def read_processes(self, index: int) -> GpuProcesses:
+        return self.worker.request("read_processes", index)
+
+    def list_devices(self) -> list[tuple[str, str, tuple[int, int]]]:
+        return self.worker.request("list_devices")
 
 
 def _map(reading: Any, fn: Callable[[Any], T]) -> Reading[T]:

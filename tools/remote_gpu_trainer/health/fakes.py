@@ -2,7 +2,9 @@
 
 They go through the same interfaces as the real thing (``NvmlBackend``, ``ProcessSource``, a
 kernel-log reader), so every check, the hang handling and the rendering run in CI without a GPU.
-A fake hang really blocks the fake's NVML thread, so the timeout path is the production one.
+A fake hang really blocks the fake's NVML thread, so the probe's timeout handling runs for real. The
+same scenarios drive the C-level fake ``libnvidia-ml.so.1`` of the tests (``tests/nvml_fake``), which
+runs the real adapter in the real NVML worker process.
 
 ``RGT_HEALTH_FAKE=<scenario> rgt health`` runs a scenario from the CLI (demos, docs, evals); the
 report then says ``backend: fake:<scenario>`` so it can never pass for this machine's state.

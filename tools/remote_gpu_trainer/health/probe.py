@@ -1,31 +1,35 @@
-"""The gpu_health probe: read every selected GPU once (on the NVML thread, under a deadline),
+"""The gpu_health probe: read every selected GPU once (through the NVML worker, under a deadline),
 optionally read the counters again after a short window, then judge.
 
 Order of work and why:
 
 1. Open NVML (once per process). No driver → a fast, explicit "no GPU" answer that says why
    (library missing, module not loaded, device nodes or PCI devices present or not).
-2. One ``read_gpu`` job per GPU on the NVML worker, each with what is left of ``timeout_s``. A job
-   that does not come back marks that GPU FAIL (naming the call it hung in) and the rest UNKNOWN:
-   a wedged driver would hang every later call too, so nothing more is queued behind it.
-3. With ``sample_s`` > 0, sleep on the caller's thread (not the NVML thread) and read the
+2. One ``read_gpu`` request per GPU to the NVML worker, each with what is left of ``timeout_s``. A
+   request that does not come back marks that GPU FAIL (naming the call it hung in) and the rest
+   UNKNOWN: a wedged driver would hang every later call too, so nothing more is sent after it. A call
+   that crashes the worker is skipped after a restart: its one check is UNKNOWN, naming the call.
+3. With ``sample_s`` > 0, sleep on the caller's thread (NVML stays free) and read the
    cumulative counters again: thermal/power violation time, PCIe replays, NVLink errors.
-4. The kernel log (XIDs of this boot) and the process classification run off the NVML thread.
+4. The kernel log (XIDs of this boot) is read on a thread while the GPUs are read; the process
+   classification runs after, in this process.
 """
 
 from __future__ import annotations
 
 import glob
+import threading
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import Field
 
 from ..errors import InputError
 from ..models import StrictModel, Verdict, worst
-from ..nvml_session import NO_GPU_REASONS, NvmlHang, NvmlStatus
+from ..nvml_session import NO_GPU_REASONS, NvmlCrash, NvmlHang, NvmlStatus
 from ..toolspec import Progress, no_progress
 from . import checks as C
 from .backend import Counters, GpuProcesses, GpuSnapshot, NvmlBackend, Unread
@@ -33,6 +37,7 @@ from .checks import Check, GpuContext
 from .holders import Classification, LocalProcesses, ProcessSource, classify
 from .xid import KernelLog, XidEvent, pci_key, read_kernel_log
 
+T = TypeVar("T")
 EXIT_OK, EXIT_FAIL, EXIT_UNKNOWN, EXIT_NO_GPU = 0, 1, 3, 4
 EXIT_CODES_DOC = ("Exit status: 0 PASS or WARN only (trainable; read the warnings) · 1 FAIL (do not train here; "
                   "includes an NVML hang, fewer GPUs than --expect-gpus, a driver/library mismatch) · 2 bad input · "
@@ -262,6 +267,28 @@ def select_indices(indices: list[int] | None, count: int) -> list[int]:
     return sorted(set(indices))
 
 
+def _in_background(fn: Callable[[], T]) -> Callable[[], T]:
+    """Start ``fn`` on a daemon thread; the returned callable waits for its result (or re-raises)."""
+    box: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = fn()
+        except BaseException as err:  # handed to the caller by the returned callable
+            box["error"] = err
+
+    thread = threading.Thread(target=run, name="kernel-log", daemon=True)
+    thread.start()
+
+    def result() -> T:
+        thread.join()
+        if "error" in box:
+            raise box["error"]  # type: ignore[misc]
+        return box["result"]  # type: ignore[return-value]
+
+    return result
+
+
 def probe(backend: NvmlBackend, *, expect_gpus: int | None = None, indices: list[int] | None = None,
           sample_s: float = 0.0, timeout_s: float = 30.0, kernel_log: Callable[[], KernelLog] = read_kernel_log,
           processes: ProcessSource | None = None, progress: Progress = no_progress) -> HealthReport:
@@ -271,6 +298,7 @@ def probe(backend: NvmlBackend, *, expect_gpus: int | None = None, indices: list
     status = backend.open(timeout_s)
     if not status.ok:
         return no_nvml_report(status, backend.name, expect_gpus, source.in_container(), started)
+    log_reader = _in_background(kernel_log)  # /dev/kmsg or journalctl: overlaps the NVML reads
     # A fresh budget for the reads: a slow first nvmlInit (no persistence mode) must not turn into a
     # false "hang" on the GPUs read after it.
     deadline = time.monotonic() + timeout_s
@@ -285,6 +313,9 @@ def probe(backend: NvmlBackend, *, expect_gpus: int | None = None, indices: list
             return backend.worker.call(fn, label, max(deadline - time.monotonic(), 0.05))
         except NvmlHang as hang:
             failed[index] = _hang_check(index, hang, during)
+        except NvmlCrash as crash:
+            failed[index] = _not_probed(index, f"{crash}: NVML faults natively on this GPU; every crash was "
+                                        "survived, but no reading came back", C.E_HANG)
         except Exception as err:  # an adapter bug must cost one GPU's checks, not the whole answer
             failed[index] = _not_probed(index, f"reading this GPU failed: {type(err).__name__}: {err}")
         return None
@@ -295,7 +326,7 @@ def probe(backend: NvmlBackend, *, expect_gpus: int | None = None, indices: list
         if isinstance(snapshot, GpuSnapshot):
             snapshots[index] = snapshot
         if index in failed and failed[index].verdict is Verdict.FAIL:
-            break  # the NVML thread is stuck: queueing more calls behind it would only wait too
+            break  # NVML is stuck: sending more calls after it would only wait too
     later: dict[int, Counters] = {}
     if sample_s > 0 and snapshots and not failed:
         progress(len(selected), len(selected), f"sampling counters for {sample_s:g} s")
@@ -308,7 +339,7 @@ def probe(backend: NvmlBackend, *, expect_gpus: int | None = None, indices: list
                 later[index] = counters
             elif index in failed:
                 break
-    log = kernel_log()
+    log = log_reader()
     uptime = _uptime_s()
     holders = _classify(snapshots, source, notes)
     by_pci = {pci_key(g.pci_bus_id): i for i, g in snapshots.items() if isinstance(g.pci_bus_id, str)}

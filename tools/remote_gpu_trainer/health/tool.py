@@ -16,7 +16,7 @@ from ..models import StrictModel, Verdict
 from ..processes.safekill import safe_kill
 from ..tables import format_table, gib
 from ..toolspec import Progress, ToolSpec
-from .backend import NvmlBackend, PynvmlBackend
+from .backend import NvmlBackend, NvmlProcessBackend
 from .checks import Check
 from .holders import ProcessSource
 from .probe import EXIT_CODES_DOC, HealthReport, probe
@@ -47,7 +47,7 @@ def _sources() -> tuple[NvmlBackend, ProcessSource | None, Callable[[], KernelLo
 
         fake = scenario(name)
         return fake.backend, fake.processes, fake.read_kernel_log
-    return PynvmlBackend(), None, read_kernel_log
+    return NvmlProcessBackend(), None, read_kernel_log
 
 
 def gpu_health(args: HealthInput, progress: Progress) -> HealthReport:
@@ -160,8 +160,9 @@ SPECS = [
             "(SKIP when a container hides the host kernel log, UNKNOWN when unreadable on a host). Every "
             "check has a verdict (PASS/WARN/FAIL/"
             "UNKNOWN/SKIP), the observed value, the threshold, one line of explanation and a catalog "
-            "entry; an unreadable signal is never PASS. NVML runs on one thread with a timeout, so a sick "
-            "GPU yields FAIL naming the call that hung, not a hung server. Without a driver it answers in "
+            "entry; an unreadable signal is never PASS. NVML runs in its own worker process with a timeout, "
+            "so a sick GPU yields FAIL naming the call that hung, and a call that crashes NVML yields "
+            "UNKNOWN naming it, never a hung or dead server. Without a driver it answers in "
             f"milliseconds and says why. Read-only: changes nothing. {EXIT_CODES_DOC}"
         ),
         input_model=HealthInput,

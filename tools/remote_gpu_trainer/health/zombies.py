@@ -17,7 +17,7 @@ from functools import partial
 from pydantic import Field
 
 from ..models import EntryRef, StrictModel, Verdict
-from ..nvml_session import NO_GPU_REASONS, NvmlHang
+from ..nvml_session import NO_GPU_REASONS, NvmlFault
 from ..processes.safekill import KillReport, Signal, safe_kill
 from ..tables import gib
 from ..toolspec import Progress, no_progress
@@ -117,15 +117,17 @@ def _cli_command(args: ReapInput, token: str) -> str:
 
 
 def _read_all(backend: NvmlBackend, indices: list[int], timeout_s: float) -> tuple[list[GpuProcesses], str | None]:
-    """Process lists of ``indices`` on the NVML thread; stops at the first hang and says where."""
+    """Process lists of ``indices`` through the NVML worker; stops at the first hang (or a crash the
+    worker could not get past) and says where."""
     deadline = time.monotonic() + timeout_s
     gpus = []
     for index in indices:
         try:
             gpus.append(backend.worker.call(partial(backend.read_processes, index), f"processes GPU {index}",
                                             max(deadline - time.monotonic(), 0.05)))
-        except NvmlHang as hang:
-            return gpus, f"NVML hung on GPU {index} ({hang}); GPUs after it were not read: run gpu_health"
+        except NvmlFault as fault:
+            what = "hung" if isinstance(fault, TimeoutError) else "failed"
+            return gpus, f"NVML {what} on GPU {index} ({fault}); GPUs after it were not read: run gpu_health"
     return gpus, None
 
 

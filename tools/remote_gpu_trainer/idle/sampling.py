@@ -6,8 +6,9 @@ several readings and keeps the mean and the maximum; a GPU counts as idle only i
 stayed under the threshold.
 
 Reads go through the same :class:`~remote_gpu_trainer.health.backend.NvmlBackend` as ``gpu_health``
-(real NVML, or a named fake under ``RGT_HEALTH_FAKE``), on the NVML worker thread with a timeout, so
-a wedged driver costs an ``unknown`` verdict, not a hung tool or guard.
+(real NVML, or a named fake under ``RGT_HEALTH_FAKE``), through the NVML worker process with a
+timeout, so a wedged driver or a native fault costs an ``unknown`` verdict, not a hung or dead tool or
+guard.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..health.backend import NvmlBackend, PynvmlBackend, Unread
-from ..nvml_session import NvmlHang
+from ..health.backend import NvmlBackend, NvmlProcessBackend, Unread
+from ..nvml_session import NvmlFault
 
 FAKE_ENV = "RGT_HEALTH_FAKE"
 
@@ -30,7 +31,7 @@ def backend_here() -> NvmlBackend:
         from ..health.fakes import scenario
 
         return scenario(name).backend
-    return PynvmlBackend()
+    return NvmlProcessBackend()
 
 
 @dataclass
@@ -93,8 +94,10 @@ def sample(window_s: float, interval_s: float = 1.0, timeout_s: float = 10.0, ba
                 snap = backend.worker.call(lambda i=gpu.index: backend.read_gpu(i), f"idle sample GPU {gpu.index}",
                                            timeout_s)
                 _add(gpu, snap)
-        except NvmlHang as hang:
-            return Window(False, f"NVML hung: {hang}", backend.name, started, time.monotonic() - begin, samples, gpus)
+        except NvmlFault as fault:
+            what = "hung" if isinstance(fault, TimeoutError) else "failed"
+            return Window(False, f"NVML {what}: {fault}", backend.name, started, time.monotonic() - begin, samples,
+                          gpus)
         samples += 1
         left = window_s - (time.monotonic() - begin)
         if left <= 0:

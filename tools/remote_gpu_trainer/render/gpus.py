@@ -1,7 +1,7 @@
 """Which GPUs a launch will see, and what precision their generation supports.
 
-Two sources, in this order: NVML through the process-wide session (``nvml_session``: one thread, a
-timeout, never a hung server), then the ``CUDA_VISIBLE_DEVICES`` the launch would inherit. A
+Two sources, in this order: NVML through the process-wide session (``nvml_session``: its own worker
+process, a timeout, never a hung or crashed server), then the ``CUDA_VISIBLE_DEVICES`` the launch would inherit. A
 machine without an NVIDIA driver is a normal case here (the agent may render on a laptop for a
 remote box): the answer is then "no GPU here", which the checks report as SKIP or UNKNOWN, never
 as PASS.
@@ -107,17 +107,10 @@ def parse_visible(value: str, uuids: list[str] | None, physical: int | None) -> 
 
 
 def _read_devices() -> tuple[list[str], list[str], list[tuple[int, int]]]:
-    import pynvml
+    from ..health.backend import NvmlProcessBackend
 
-    names, uuids, ccs = [], [], []
-    for index in range(pynvml.nvmlDeviceGetCount()):
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        name = pynvml.nvmlDeviceGetName(handle)
-        uuid = pynvml.nvmlDeviceGetUUID(handle)
-        names.append(name.decode() if isinstance(name, bytes) else str(name))
-        uuids.append(uuid.decode() if isinstance(uuid, bytes) else str(uuid))
-        ccs.append(tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle)))
-    return names, uuids, ccs
+    devices = NvmlProcessBackend().list_devices()
+    return [d[0] for d in devices], [d[1] for d in devices], [d[2] for d in devices]
 
 
 def local_gpus(environ: dict[str, str] | None = None) -> LocalGpus:
@@ -127,7 +120,7 @@ def local_gpus(environ: dict[str, str] | None = None) -> LocalGpus:
     status = nvml_session.nvml_status(NVML_TIMEOUT_S)
     if status.ok:
         try:
-            names, uuids, ccs = nvml_session.worker().call(_read_devices, "render: list GPUs", NVML_TIMEOUT_S)
+            names, uuids, ccs = nvml_session.session().call(_read_devices, "render: list GPUs", NVML_TIMEOUT_S)
         except Exception as err:  # a hang or an NVML error is "unknown", never "no GPU"
             return LocalGpus("nvml", None, detail=f"NVML answered init but not the device list: {err}")
         indices = list(range(len(names))) if visible is None else parse_visible(visible, uuids, len(names))

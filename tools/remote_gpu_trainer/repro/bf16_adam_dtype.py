@@ -4,6 +4,13 @@ Adam's ``exp_avg`` is created with the param's dtype (fp32); ``exp_avg.lerp_(gra
 grad in the same dtype. A bf16 grad on an fp32 param (FSDP ``keep_low_precision_grads=True`` sets
 one through ``.grad.data``), or fp32 state after ``model.to(bfloat16)``, breaks that. It is a state
 / grad dtype mismatch, not a foreach bug: ``foreach=False`` raises the same text.
+
+The foreach path (the default on CUDA) first groups params, grads and states by the params' device
+and dtype and refuses a tensor of another dtype, with its own text (``FOREACH`` below), before any
+``lerp_``. Which of the two texts a user sees depends on the release: torch 2.11 on CUDA refuses bf16
+grads there (issue 27, H100); torch 2.13 lets bf16 through that check (it allows bf16 optimizer
+states), so bf16 grads reach ``lerp_`` (reproduced on CPU), while fp16 grads still fail the
+check (the ``fp16_grads_foreach`` variant, reproduced on CPU). Both texts are this failure.
 """
 
 from __future__ import annotations
@@ -11,7 +18,11 @@ from __future__ import annotations
 from ..models import EntryRef
 from .base import Case, Expect, Observed, Variant
 
-EXPECT = Expect(("RuntimeError",), r"expected dtype \w+ for `end` but got dtype")
+LERP = r"expected dtype \w+ for `end` but got dtype"
+FOREACH = r"Tensors of the same index must be on the same device and the same dtype except `step` tensors"
+EXPECT = Expect(("RuntimeError",), LERP)
+EXPECT_FOREACH_PATH = Expect(("RuntimeError",), f"{LERP}|{FOREACH}")
+"""A foreach optimizer meets the mismatch in its grouping check or in ``lerp_``, by torch release."""
 
 _LOWPREC_DIFF = """\
  # FSDP(mixed_precision=MixedPrecision(param_dtype=torch.bfloat16, keep_low_precision_grads=True))
@@ -33,8 +44,8 @@ CASE = Case(
         Variant(
             name="lowprec_grads",
             summary="fp32 params with bf16 grads (what FSDP keep_low_precision_grads=True produces), "
-                    "AdamW(foreach=True)",
-            expect=EXPECT,
+                    "AdamW(foreach=True): the `end` text, or on torch 2.11 (CUDA) the foreach check's",
+            expect=EXPECT_FOREACH_PATH,
             fix="Give the optimizer grads in the param dtype: keep_low_precision_grads=False, or cast "
                 "p.grad to p.dtype before step().",
             diff=_LOWPREC_DIFF,
@@ -47,9 +58,18 @@ CASE = Case(
             diff=_LOWPREC_DIFF,
         ),
         Variant(
+            name="fp16_grads_foreach",
+            summary="fp32 params with fp16 grads (FSDP param_dtype=float16, keep_low_precision_grads=True), "
+                    "AdamW(foreach=True): refused by the foreach grouping check before any lerp_",
+            expect=Expect(("RuntimeError",), FOREACH),
+            fix="Give the optimizer grads in the param dtype: keep_low_precision_grads=False, or cast "
+                "p.grad to p.dtype before step().",
+            diff=_LOWPREC_DIFF.replace("bfloat16", "float16").replace("is bf16", "is fp16"),
+        ),
+        Variant(
             name="cast_after_state",
             summary="one AdamW step in fp32 (state created fp32), then model.to(torch.bfloat16) and train on",
-            expect=EXPECT,
+            expect=EXPECT_FOREACH_PATH,
             fix="Cast the model before building the optimizer (or rebuild it / cast its state after a cast).",
             diff="""\
  model = build_model()
@@ -63,7 +83,13 @@ CASE = Case(
 )
 
 
-def _step(model, opt, device: str, lowprec_grads: bool, cast_back: bool = False) -> float:
+def _grad_dtype(variant: str):
+    import torch
+
+    return torch.float16 if variant == "fp16_grads_foreach" else torch.bfloat16
+
+
+def _step(model, opt, device: str, lowprec_grads: bool, cast_back: bool = False, grad_dtype=None) -> float:
     import torch
 
     from . import toy
@@ -75,7 +101,7 @@ def _step(model, opt, device: str, lowprec_grads: bool, cast_back: bool = False)
     loss.backward()
     for p in model.parameters():
         if lowprec_grads:  # the assignment FSDP makes (_flat_param.py), which bypasses autograd's dtype check
-            p.grad.data = p.grad.data.to(torch.bfloat16)
+            p.grad.data = p.grad.data.to(grad_dtype or torch.bfloat16)
         if cast_back:
             p.grad = p.grad.to(p.dtype)
     opt.step()
@@ -102,7 +128,7 @@ def bug(variant: str, device: str) -> Observed:
         model.to(torch.bfloat16)
         losses.append(_step(model, opt, device, lowprec_grads=False))
     else:
-        losses = [_step(model, opt, device, lowprec_grads=True) for _ in range(3)]
+        losses = [_step(model, opt, device, lowprec_grads=True, grad_dtype=_grad_dtype(variant)) for _ in range(3)]
     return _observed(losses, model)
 
 
@@ -118,5 +144,6 @@ def fix(variant: str, device: str) -> Observed:
         losses = [_step(model, opt, device, lowprec_grads=False) for _ in range(2)]
         return _observed(losses, model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=variant != "lowprec_grads_single_tensor")
-    losses = [_step(model, opt, device, lowprec_grads=True, cast_back=True) for _ in range(3)]
+    losses = [_step(model, opt, device, lowprec_grads=True, cast_back=True, grad_dtype=_grad_dtype(variant))
+              for _ in range(3)]
     return _observed(losses, model)

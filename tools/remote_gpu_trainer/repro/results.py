@@ -60,6 +60,10 @@ class CaseResult(StrictModel):
     ranks: list[RankOutcome] = Field(default_factory=list, description="Per-rank outcome of a distributed bug run")
     torch_version: str | None
     device: str | None = Field(description="Where it ran: cpu or cuda (distributed cases: cpu with gloo)")
+    process_group: str | None = Field(None, description="Distributed cases: how their ranks ran ('gloo, 2 ranks on "
+                                      "CPU'). They never use a GPU, even when device='cuda' was asked for")
+    device_note: str | None = Field(None, description="Set when the case ran elsewhere than the device asked for, "
+                                    "and why")
     seconds: float | None = Field(description="Bug run + fix run, excluding worker start")
     entry: EntryRef
 
@@ -121,6 +125,10 @@ def judge(case: Case, variant: Variant, raw: dict[str, Any], torch_version: str 
     fixed_error = _error_text(fixed["raised"]) if fixed["raised"] else None
     if not fixed_ok and fixed_error is None:
         fixed_error = "the fixed run still showed the symptom: " + fixed["detail"]
+    asked = raw.get("requested_device")
+    device_note = (f"ran on {raw['process_group']}, not on {asked}: this case's ranks use gloo on CPU, so it shows "
+                   "the failure's logic, not CUDA/NCCL behaviour" if raw.get("process_group") and asked != "cpu"
+                   else None)
     return CaseResult(
         **common,
         status=status,
@@ -138,5 +146,7 @@ def judge(case: Case, variant: Variant, raw: dict[str, Any], torch_version: str 
         metrics=bug["metrics"],
         ranks=_rank_outcomes(bug["ranks"]),
         device=raw["device"],
+        process_group=raw.get("process_group"),
+        device_note=device_note,
         seconds=round(raw["bug_s"] + raw["fix_s"], 4),
     )

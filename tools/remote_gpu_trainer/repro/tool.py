@@ -128,6 +128,8 @@ def render_case(r: CaseResult, brief: bool = False) -> str:
         lines.append(f"  seen:    {r.observed}")
     if r.note:
         lines.append(f"  note:    {r.note}")
+    if r.device_note:
+        lines.append(f"  ran on:  {r.device_note}")
     for rank in r.ranks:
         what = f"{rank.exception_type}: {rank.message}" if rank.exception_type else rank.detail
         lines.append(f"  rank {rank.rank}:  {what}")

@@ -61,6 +61,7 @@ def _observe(function, variant: str, device: str) -> tuple[dict[str, Any], float
 
 def run_job(job: dict[str, Any], device: str, timeout_s: float) -> dict[str, Any]:
     hook = _test_hook(job["case"])
+    process_group = None
     if hook is not None:
         bug = fix = hook
         distributed = False
@@ -69,10 +70,12 @@ def run_job(job: dict[str, Any], device: str, timeout_s: float) -> dict[str, Any
         bug, fix, distributed = module.bug, module.fix, module.CASE.distributed
         if distributed:
             module.TIMEOUT_S = timeout_s * 0.45  # bug and fix share the limit; ranks report before the kill
-    case_device = "cpu" if distributed else device
+            process_group = f"gloo, {module.WORLD} ranks on CPU"
+    case_device = "cpu" if distributed else device  # the distributed cases run gloo ranks, never a GPU
     bug_seen, bug_s = _observe(bug, job["variant"], case_device)
     fix_seen, fix_s = _observe(fix, job["variant"], case_device)
-    return {"case": job["case"], "variant": job["variant"], "device": case_device, "bug": bug_seen,
+    return {"case": job["case"], "variant": job["variant"], "device": case_device, "requested_device": device,
+            "process_group": process_group, "bug": bug_seen,
             "bug_s": bug_s, "fix": fix_seen, "fix_s": fix_s}
 
 

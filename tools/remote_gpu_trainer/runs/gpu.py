@@ -3,8 +3,9 @@
 NVML lists, per GPU, the pids holding memory there; a run's processes are found in those lists by
 pid. Per-process utilisation is not in the backend's interface, so a GPU's utilisation is reported
 for every GPU the run holds memory on (on a GPU shared with another job it includes that job).
-Every NVML call runs on the backend's worker thread with a deadline: a sick GPU costs a note, never
-a hung status call. No GPU or no driver is not an error: the answer is empty with a note.
+Every NVML call runs in the NVML worker process with a deadline: a sick GPU or a native fault costs a
+note, never a hung or dead supervisor or status call. No GPU or no driver is not an error: the
+answer is empty with a note.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pydantic import Field
 
 from ..health.backend import GpuProcesses, Memory, NvmlBackend
 from ..models import StrictModel
-from ..nvml_session import NvmlHang
+from ..nvml_session import NvmlFault
 
 NEAR_IDLE_PERCENT = 5
 """At or below this, a GPU counts as idle for the stall check (a working training step shows far more)."""
@@ -54,8 +55,8 @@ def read_holders(indices: list[int] | None, backend: NvmlBackend | None = None,
     wanted = [i for i in (indices if indices is not None else range(count)) if 0 <= i < count]
     try:
         return _processes(backend, wanted, deadline), None
-    except NvmlHang as hang:
-        return [], f"NVML hung ({hang}): run gpu_health"
+    except NvmlFault as fault:
+        return [], f"NVML did not answer ({fault}): run gpu_health"
 
 
 def run_gpu_use(pids: set[int], backend: NvmlBackend | None = None,
@@ -74,8 +75,8 @@ def run_gpu_use(pids: set[int], backend: NvmlBackend | None = None,
                     snap = backend.worker.call(partial(backend.read_gpu, gpu.index), f"GPU {gpu.index}",
                                                max(deadline - time.monotonic(), 0.05))
                     util[gpu.index] = snap.utilization_gpu if isinstance(snap.utilization_gpu, int) else None
-                except NvmlHang as hang:
-                    note, util[gpu.index] = f"NVML hung reading GPU {gpu.index} ({hang})", None
+                except NvmlFault as fault:
+                    note, util[gpu.index] = f"NVML did not answer reading GPU {gpu.index} ({fault})", None
             rows += [GpuUse(gpu=gpu.index, pid=p.pid, used_bytes=p.used_bytes, gpu_util_percent=util.get(gpu.index))
                      for p in mine]
     return rows, note
