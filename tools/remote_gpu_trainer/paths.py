@@ -19,15 +19,6 @@ SKILL_FILE = "SKILL.md"
 MARKDOWN_DIRS = ("references", "profiles")
 
 
-def cache_dir() -> Path:
-    """Where the package keeps what it can rebuild (tool list, run ledger, per-boot NVML facts):
-    ``RGT_CACHE_DIR``, else ``$XDG_CACHE_HOME/remote-gpu-trainer`` (``~/.cache/...``)."""
-    if override := os.environ.get("RGT_CACHE_DIR"):
-        return Path(override)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "remote-gpu-trainer"
-
-
 @cache
 def skill_root() -> Path:
     override = os.environ.get("RGT_SKILL_ROOT")
@@ -51,7 +42,7 @@ def skill_markdown_files(root: Path | None = None) -> list[Path]:
 def cache_dir() -> Path:
     """The package's cache directory: ``$RGT_CACHE_DIR``, else ``$XDG_CACHE_HOME`` or ``~/.cache``, then
     ``remote-gpu-trainer``. On a laptop it holds the server's tool-list cache; on a box the runtime
-    versions, the run ledger (``runs/``) and the guards."""
+    versions, the run ledger (``runs/``), the guards and the per-boot NVML facts."""
     if override := os.environ.get("RGT_CACHE_DIR"):
         return Path(override)
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
