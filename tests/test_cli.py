@@ -111,14 +111,14 @@ def test_file_input_keeps_carriage_returns_so_line_numbers_match_grep(tmp_path):
 
 
 def test_cli_homes_name_the_module_of_every_command():
-    """`rgt <word>` imports only registry.CLI_HOMES[word]: it must be the module that defines the command."""
+    """`rgt <word>` imports only registry.CLI_HOMES[word]: they must be the modules that define its commands."""
     from remote_gpu_trainer import registry
 
     words: dict[str, set[str]] = {}
     for spec in registry.all_specs():
         if not spec.internal:
             words.setdefault(spec.cli.split()[0], set()).add(registry.home_of(spec.name))
-    assert {word: {module} for word, module in registry.CLI_HOMES.items()} == words
+    assert {word: set(modules) for word, modules in registry.CLI_HOMES.items()} == words
     for word in registry.CLI_HOMES:
         fast = {s.cli for s in registry.cli_specs(word)}
         assert fast == {s.cli for s in registry.all_specs() if not s.internal and s.cli.split()[0] == word}

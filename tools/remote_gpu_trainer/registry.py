@@ -32,29 +32,30 @@ TOOL_MODULES = (
 #: The first word of every CLI command → the module that defines it, so ``rgt health`` imports one tool
 #: module instead of all of them (building every tool's pydantic models costs ~0.4 s, most of a cold
 #: ``rgt health``). tests/test_cli.py holds it to the specs.
-CLI_HOMES: dict[str, str] = {
-    "info": "remote_gpu_trainer.info",
-    "ports": "remote_gpu_trainer.processes.tool", "port-status": "remote_gpu_trainer.processes.tool",
-    "repro": "remote_gpu_trainer.repro.tool", "amp-check": "remote_gpu_trainer.repro.tool",
-    "health": "remote_gpu_trainer.health.tool", "zombies": "remote_gpu_trainer.health.tool",
-    "diagnose": "remote_gpu_trainer.diagnose",
-    "provider": "remote_gpu_trainer.providers",
-    "mem": "remote_gpu_trainer.memory.tool",
-    "render": "remote_gpu_trainer.render.tool", "render-template": "remote_gpu_trainer.render.tool",
-    "run": "remote_gpu_trainer.runs.tool",
-    "guard": "remote_gpu_trainer.idle.tool", "idle": "remote_gpu_trainer.idle.tool",
-    "pull": "remote_gpu_trainer.idle.tool",
-    "box": "remote_gpu_trainer.remote.box",
-    "preflight": "remote_gpu_trainer.fleet.tool",
+CLI_HOMES: dict[str, tuple[str, ...]] = {
+    "info": ("remote_gpu_trainer.info",),
+    "ports": ("remote_gpu_trainer.processes.tool",), "port-status": ("remote_gpu_trainer.processes.tool",),
+    "repro": ("remote_gpu_trainer.repro.tool",), "amp-check": ("remote_gpu_trainer.repro.tool",),
+    "health": ("remote_gpu_trainer.health.tool",), "zombies": ("remote_gpu_trainer.health.tool",),
+    "diagnose": ("remote_gpu_trainer.diagnose",),
+    "provider": ("remote_gpu_trainer.providers",),
+    "mem": ("remote_gpu_trainer.memory.tool",),
+    "render": ("remote_gpu_trainer.render.tool",), "render-template": ("remote_gpu_trainer.render.tool",),
+    "run": ("remote_gpu_trainer.runs.tool", "remote_gpu_trainer.runs.hang"),
+    "guard": ("remote_gpu_trainer.idle.tool",), "idle": ("remote_gpu_trainer.idle.tool",),
+    "pull": ("remote_gpu_trainer.idle.tool",),
+    "box": ("remote_gpu_trainer.remote.box",),
+    "preflight": ("remote_gpu_trainer.fleet.tool",),
 }
 
 
 def cli_specs(word: str) -> list[ToolSpec] | None:
     """The specs behind ``rgt <word> ...``, importing only their module; None for a word not listed."""
-    module = CLI_HOMES.get(word)
-    if module is None:
+    modules = CLI_HOMES.get(word)
+    if modules is None:
         return None
-    return [s for s in import_module(module).SPECS if not s.internal and s.cli.split()[0] == word]
+    return [s for module in modules for s in import_module(module).SPECS
+            if not s.internal and s.cli.split()[0] == word]
 
 
 _HOMES: dict[str, str] = {}
