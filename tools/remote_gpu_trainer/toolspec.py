@@ -8,6 +8,7 @@ flags. Both validate through :meth:`ToolSpec.call`, so an agent and a human get 
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -16,6 +17,19 @@ from pydantic import BaseModel, Field, ValidationError, create_model
 
 from .errors import InputError
 from .models import Verdict
+
+BOX_HOST_ENV = "RGT_BOX_HOST"
+"""Set by the box's runtime for each request: the host as the caller named it (empty for a local call)."""
+
+
+def cli_host_args() -> list[str]:
+    """``["--host", HOST]`` while a tool runs on a box for a caller who named it HOST, else ``[]``.
+
+    A command a result prints for the next step (a confirmed kill, ``rgt run status``) must reach the same box
+    when the person copies it; the tool itself cannot know it runs remotely otherwise.
+    """
+    host = os.environ.get(BOX_HOST_ENV)
+    return ["--host", host] if host else []
 
 
 class Progress(Protocol):
@@ -81,6 +95,15 @@ class ToolSpec:
             return self.input_model.model_validate(arguments)
         except ValidationError as err:
             raise InputError.from_validation(err) from None
+
+    def text(self, result: BaseModel) -> str:
+        """The short summary people and agents read (``rgt`` stdout, MCP text content). A result from a box is
+        headed by its host: the tool's own wording ("here", "this box") was written on the box."""
+        from .tables import render_model
+
+        body = self.render_text(result) if self.render_text else render_model(result)
+        host = getattr(result, "host", None) if self.remote else None
+        return f"[host {host}] {body}" if host else body
 
     @property
     def result_model(self) -> type[BaseModel]:

@@ -239,7 +239,8 @@ def render_box_idle(r: BoxIdle) -> str:
             head += f", idle cost so far {r.idle_cost:.2f} at {r.price_per_hour:g}/h"
     lines = [f"box_idle: {head}", *[f"  - {e}" for e in r.evidence]]
     if r.backend.startswith("fake:"):
-        lines.append(f"!! FAKE NVML scenario '{r.backend[5:]}': not this machine's state")
+        machine = getattr(r, "host", None) or "this machine"
+        lines.append(f"!! FAKE NVML scenario '{r.backend[5:]}': not {machine}'s state")
     if r.gpus:
         lines.append(format_table(["gpu", "util mean/max", "memory", "power", "processes"], [
             [g.index, f"{g.util_mean or 0:.0f}/{g.util_max if g.util_max is not None else '-'} %",

@@ -123,7 +123,7 @@ class Session:
         from ..registry import home_of
 
         line = json.dumps({"id": rid, "tool": tool, "module": home_of(tool), "arguments": arguments, "box": box,
-                           "timeout_s": timeout_s})
+                           "host": self.host.given, "timeout_s": timeout_s})
         deadline = time.monotonic() + timeout_s + 5  # the box ends itself at timeout_s; this is the backstop
         try:
             assert self.proc.stdin is not None
@@ -172,9 +172,10 @@ class Session:
 
 def _tool_error(host: Host, tool: str, error: dict[str, Any]) -> Exception:
     kind = error.get("kind", "remote_tool_failed")
-    if kind == "input":
+    if kind == "input":  # the box judged an argument against its own state (a path, a run id): name the box
         made = InputError(error.get("field") or "input", "")
-        made.args = (error.get("message", ""),)
+        made.message = f"host {host.given}: {error.get('message', '')}"
+        made.args = (made.message,)
         return made
     if kind == "remote_timeout":
         return RemoteError(host.given, "remote_timeout", f"{tool}: {error.get('message')}",
