@@ -64,14 +64,30 @@ TOOL = {
                "~/.ssh/config, or load the key into ssh-agent; `ssh -v box-stranger true` shows which keys were "
                "offered", "SSH-17"),
     "unknown-key": ("rgt ports: host box-unknown: the box's host key is not known and your ssh config refuses new "
-                    "keys; ssh said: Host key verification failed.. Next: connect once with `ssh box-unknown` in a "
-                    "terminal and accept the key, or set `StrictHostKeyChecking accept-new` for this host in "
-                    "~/.ssh/config", "SSH-18"),
-    "changed-key": ("rgt ports: host box-changed: the box's host key changed since it was recorded in known_hosts; "
-                    "ssh said: @    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @. Next: if the provider "
-                    "re-used the address for a new box (common after re-renting), remove the old key with "
-                    "`ssh-keygen -R '[box-changed]:PORT'` (or `ssh-keygen -R box-changed`) and retry; otherwise do "
-                    "not connect", "SSH-19"),
+                    "keys; ssh said: No ED25519 host key is known for [127.0.0.1]:43625 and you have requested strict "
+                    "checking. Next: your config has StrictHostKeyChecking yes for this host, so ssh never records a "
+                    "new key itself: `ssh-keyscan -p 43625 127.0.0.1 > new-box.key`, check that `ssh-keygen -lf "
+                    "new-box.key` lists the fingerprint the provider's console or the box's own terminal shows (there: "
+                    "`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub`), then `cat new-box.key >> "
+                    "/tmp/sshrepro/fleet/kh-empty`; or set `StrictHostKeyChecking accept-new` in its Host block (new "
+                    "keys recorded, changed keys still refused)", "SSH-18"),
+    "changed-key": ("rgt ports: host box-changed: the box's host key changed since it was recorded in known_hosts (the "
+                    "box now presents the ED25519 key SHA256:mNWa8wgehKx+ox6+EWxndKXpQP4X2LwZgbHBXfssuF4); ssh said: "
+                    "@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @. Next: if the provider re-used the "
+                    "address for a new box (common after re-renting), remove the old key with `ssh-keygen -f "
+                    "/tmp/sshrepro/fleet/kh-changed -R '[127.0.0.1]:43625'` and retry (the new key is then recorded on "
+                    "first use, accept-new); otherwise do not connect", "SSH-19"),
+    "changed-key-strict": (
+        "rgt ports: host box-changed: the box's host key changed since it was recorded in known_hosts (the box now "
+        "presents the ED25519 key SHA256:mNWa8wgehKx+ox6+EWxndKXpQP4X2LwZgbHBXfssuF4); ssh said: @    WARNING: REMOTE "
+        "HOST IDENTIFICATION HAS CHANGED!     @. Next: if the provider re-used the address for a new box (common after "
+        "re-renting), remove the old key with `ssh-keygen -f /tmp/sshrepro/fleet/kh-changed -R '[127.0.0.1]:43625'`; "
+        "your config has StrictHostKeyChecking yes, so record the new key yourself: `ssh-keyscan -p 43625 127.0.0.1 > "
+        "new-box.key`, check that `ssh-keygen -lf new-box.key` lists "
+        "SHA256:mNWa8wgehKx+ox6+EWxndKXpQP4X2LwZgbHBXfssuF4 (the key ssh was shown) and that the provider's console "
+        "or the box's own terminal shows the same (there: "
+        "`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub`), then `cat new-box.key >> "
+        "/tmp/sshrepro/fleet/kh-changed`; then retry. Otherwise do not connect", "SSH-19"),
     "shell-only": ("rgt ports: host box-shell: this ssh endpoint did not run our command (it printed: 'Error: this "
                    "endpoint needs an interactive terminal (PTY)'). Next: use an ssh endpoint that runs commands "
                    "(e.g. the box's own sshd on its direct TCP port), not a proxy that only opens an interactive "

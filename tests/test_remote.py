@@ -201,7 +201,8 @@ def test_closed_port_wrong_key_and_host_keys(ssh_fleet, tmp_path):
     assert _kind("box-stranger").kind == "auth_refused"
     assert _kind("box-unknown").kind == "host_key_unknown"
     changed = _kind("box-changed")
-    assert changed.kind == "host_key_changed" and f"ssh-keygen -R '[127.0.0.1]:{port}'" in changed.next_step
+    assert changed.kind == "host_key_changed"
+    assert f"ssh-keygen -f {tmp_path / 'kh-changed'} -R '[127.0.0.1]:{port}'" in changed.next_step  # its own file
 
 
 def test_a_new_box_key_is_recorded_on_first_use(ssh_fleet, tmp_path):

@@ -92,9 +92,10 @@ def classify_ssh_failure(host: Host, stderr: str) -> RemoteError:
         if pattern.search(text):
             line = next((ln for ln in text.splitlines() if pattern.search(ln)), "").strip().rstrip(".")
             if next_step is None:
-                fingerprint = _new_key_fingerprint(text)
-                if fingerprint:
-                    message += f" (the box now presents {fingerprint})"
+                found = _FINGERPRINT.search(text)
+                fingerprint = found.group(2) if found else None
+                if found:
+                    message += f" (the box now presents the {found.group(1)} key {fingerprint})"
                 step = host_key_steps(host, kind, text, fingerprint)
             else:
                 step = next_step.replace("HOST", host.destination.split("@")[-1])
@@ -105,14 +106,9 @@ def classify_ssh_failure(host: Host, stderr: str) -> RemoteError:
                        f"run `ssh -v {host.given} true` in a terminal to see where it stops", detail=text[-2000:])
 
 
+#: ssh's changed-key banner names the key the box presented: keep it, a person checks the new key against it.
 _FINGERPRINT = re.compile(r"The fingerprint for the (\S+) key sent by the remote host is\s+(SHA256:[A-Za-z0-9+/=]+)")
 _OFFENDING = re.compile(r"Offending \S+ key in (.+):\d+\s*$", re.MULTILINE)
-
-
-def _new_key_fingerprint(stderr: str) -> str | None:
-    """``ED25519 key SHA256:…``: the key the box presented, from ssh's changed-key banner (None without one)."""
-    found = _FINGERPRINT.search(stderr)
-    return f"{found.group(1)} key {found.group(2)}" if found else None
 
 
 def host_key_steps(host: Host, kind: str, stderr: str = "", fingerprint: str | None = None) -> str:
@@ -121,8 +117,8 @@ def host_key_steps(host: Host, kind: str, stderr: str = "", fingerprint: str | N
     The old key is removed from the file that holds it (ssh's "Offending … key in FILE", else the first
     ``UserKnownHostsFile`` of ``ssh -G``): a bare ``ssh-keygen -R`` edits ~/.ssh/known_hosts, which a config
     with its own file never reads. Under ``StrictHostKeyChecking yes`` ssh records no key by itself, so the new
-    one is fetched with ssh-keyscan, its fingerprint checked, and appended; otherwise the tools' accept-new
-    records it on the next call.
+    one is fetched with ssh-keyscan, its fingerprint checked (against ``fingerprint``, the ``SHA256:…`` that ssh's
+    banner named, and the provider's), and appended; otherwise the tools' accept-new records it on the next call.
     """
     try:
         resolved = resolve(host)
@@ -136,10 +132,12 @@ def host_key_steps(host: Host, kind: str, stderr: str = "", fingerprint: str | N
     strict = options.get("stricthostkeychecking", "ask") in ("yes", "true")
     hashed = options.get("hashknownhosts") in ("yes", "true")
     remove = f"`ssh-keygen -f {shlex.quote(known)} -R {shlex.quote(name)}`"
+    same = (f"lists {fingerprint} (the key ssh was shown) and that the provider's console or the box's own terminal "
+            "shows the same" if fingerprint else "lists the fingerprint the provider's console or the box's own "
+            "terminal shows")
     scan = (f"`ssh-keyscan {'-H ' if hashed else ''}-p {port} {shlex.quote(address)} > new-box.key`, check that "
-            f"`ssh-keygen -lf new-box.key` shows {fingerprint or 'the fingerprint'} and that it matches the one the "
-            f"provider's console (or the box's own terminal: `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub`) "
-            f"shows, then `cat new-box.key >> {shlex.quote(known)}`")
+            f"`ssh-keygen -lf new-box.key` {same} (there: `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub`), "
+            f"then `cat new-box.key >> {shlex.quote(known)}`")
     if kind == "host_key_changed":
         first = (f"if the provider re-used the address for a new box (common after re-renting), remove the old key "
                  f"with {remove}")
