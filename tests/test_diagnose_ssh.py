@@ -97,7 +97,7 @@ TOOL = {
                   "`rgt box install` again", "SSH-21"),
     "missing": ("rgt ports: host box-bare: the box has no remote-gpu-trainer runtime. Next: run `rgt box install "
                 "box-bare` once (a venv under ~/.cache/remote-gpu-trainer, no root; it uses the box's own torch), or "
-                "over MCP call box_install(host=...)", "SSH-22"),
+                "over MCP call box_install(hosts=[\"box-bare\"]); several boxes: all in one call", "SSH-22"),
     "mismatch": ("rgt ports: host box-bare: the box has runtime 0.0.1+0123456789ab, this checkout needs "
                  "0.1.0+c3ba737f77e2. Next: run `rgt box install box-bare` (installs 0.1.0+c3ba737f77e2 beside the "
                  "old one; `rgt box remove box-bare` clears old versions)", "SSH-23"),

@@ -94,7 +94,7 @@ def _problems(spec, arguments: dict) -> list[str]:
 RGT = re.compile(r"`(rgt [^`<]+)`|^(rgt [^#\n]+?)\s*(?:#.*)?$", re.M)
 SAMPLES = {"HOST": ["gpu-box"], "RUN": ["run-1"], "ID": ["run-1"], "DIR": ["out"], "Q": ["what stops billing"],
            "PROVIDER": ["runpod"], "FILE": ["-"], "CASE": ["fp16_unscale"], "A": ["node1"], "B": ["node2"],
-           "CMD…": ["python", "train.py"]}
+           "CMD…": ["python", "train.py"], "HOST…": ["node1", "node2"]}
 
 
 def _variants(words: list[str]) -> list[list[str]]:
@@ -177,7 +177,8 @@ def test_skill_tool_table_lists_every_tool_with_its_command():
     assert sorted(set(PUBLIC) - set(table)) == [], "tools missing from SKILL.md's tool table"
     assert sorted(set(table) - set(PUBLIC)) == [], "SKILL.md's tool table names tools that do not exist"
     for name, spec in PUBLIC.items():
-        commands = {" ".join(argv[:len(spec.cli.split())]) for argv in _variants(table[name].strip("`").split()[1:])}
+        lines = re.findall(r"`rgt ([^`]+)`", table[name])
+        commands = {" ".join(argv[:len(spec.cli.split())]) for line in lines for argv in _variants(line.split())}
         assert spec.cli in commands, f"{name}: SKILL.md says {table[name]}, the CLI is `rgt {spec.cli}`"
 
 

@@ -236,8 +236,8 @@ def test_box_status_install_and_remove(ssh_fleet):
     before = call("box_status", host="box-life")
     assert before.state == "missing"
     installed = call("box_install", host="box-life")
-    assert installed.state == "ready" and "ready" in installed.steps
-    assert call("box_install", host="box-life").summary.endswith("already installed")  # idempotent
+    assert installed.state == "ready" and "ready" in installed.hosts[0].steps
+    assert call("box_install", host="box-life").hosts[0].summary.endswith("already installed")  # idempotent
     assert call("gpu_health", host="box-life").verdict is Verdict.PASS
     runs = ssh_fleet.boxes["box-life"].home / ".cache" / "remote-gpu-trainer" / "runs"
     runs.mkdir()
@@ -299,7 +299,7 @@ def test_a_slow_install_goes_on_in_the_background_and_a_later_call_reports_it(ss
     while report.state == "installing" and time.monotonic() < deadline:
         time.sleep(1)
         report = call("box_install", host="box-slow", wait_s=5)
-    assert report.state == "ready" and "ready" in report.steps
+    assert report.state == "ready" and "ready" in report.hosts[0].steps
     assert call("gpu_health", host="box-slow").host == "box-slow"
 
 

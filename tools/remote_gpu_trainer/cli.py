@@ -119,7 +119,7 @@ def _add_field(parser: argparse.ArgumentParser, name: str, field: FieldInfo, pos
     if positional:
         bare = {k: v for k, v in kwargs.items() if k != "default"}
         bare["nargs"] = "*" if kwargs.get("nargs") == "+" else "?"
-        bare["help"] = f"{help_text} Also --{flag}."
+        bare["help"] = f"{help_text.rstrip('.')}. Also --{flag}."
         parser.add_argument(POSITIONAL + name, metavar=name.upper() if "metavar" not in bare else bare.pop("metavar"),
                             **bare)
     elif field.is_required():

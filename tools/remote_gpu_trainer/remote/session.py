@@ -201,7 +201,8 @@ def _runtime_error(host: Host, version: str, stderr: str) -> RemoteError:
                            f"`rgt box remove {host.given}` clears old versions)")
     return RemoteError(host.given, "runtime_missing", "the box has no remote-gpu-trainer runtime",
                        f"run `{fix}` once (a venv under ~/.cache/remote-gpu-trainer, no root; it uses the box's "
-                       "own torch), or over MCP call box_install(host=...)")
+                       f"own torch), or over MCP call box_install(hosts=[\"{host.given}\"]); several boxes: all in "
+                       "one call")
 
 
 def _endpoint_hint(host: Host) -> str | None:
