@@ -151,3 +151,9 @@ def test_info_lists_the_tools_mcp_lists():
 def test_the_cli_names_the_host_of_any_remote_result(ssh_fleet, capsys):
     assert cli.main(["port-status", "--port", "29500", "--host", "box-a"]) in (0, 1)  # 1: something holds it
     assert capsys.readouterr().out.startswith("[host box-a] ")
+
+
+def test_progress_from_a_box_names_the_box(ssh_fleet):
+    seen: list[str] = []
+    SPECS["gpu_health"].call({"host": "box-a"}, lambda done, total=None, message="": seen.append(message))
+    assert seen and all(m.startswith("box-a: ") for m in seen if m)

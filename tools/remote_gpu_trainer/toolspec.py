@@ -131,8 +131,12 @@ class ToolSpec:
         from .remote.hosts import resolve
 
         parsed = parse_host(host)
+
+        def from_box(done: float, total: float | None = None, message: str = "") -> None:
+            progress(done, total, f"{host}: {message}" if message else message)  # the box's words name the box
+
         try:
-            data = call_remote(parsed, self.name, args.model_dump(mode="json"), progress, timeout_s)
+            data = call_remote(parsed, self.name, args.model_dump(mode="json"), from_box, timeout_s)
         except RemoteError as err:
             if self.unreachable is None or not err.unreachable:
                 raise
