@@ -94,7 +94,7 @@ TOOL = {
                    "shell", "SSH-20"),
     "no-python": ("rgt box install: host box-nopy: the box has no python 3.11 or newer (Python 3.8.10). Next: install "
                   "python 3.11+ on the box (e.g. `apt install python3.11 python3.11-venv`, or conda/uv), then run "
-                  "`rgt box install` again", "SSH-21"),
+                  "`rgt box install box-nopy` again", "SSH-21"),
     "missing": ("rgt ports: host box-bare: the box has no remote-gpu-trainer runtime. Next: run `rgt box install "
                 "box-bare` once (a venv under ~/.cache/remote-gpu-trainer, no root; it uses the box's own torch), or "
                 "over MCP call box_install(hosts=[\"box-bare\"]); several boxes: all in one call", "SSH-22"),
@@ -105,13 +105,14 @@ TOOL = {
                         "installed: 0.0.1+0123456789ab (ready)\n"
                         "next: run `rgt box install box-bare` to add 0.1.0+c3ba737f77e2", "SSH-23"),
     "disk-full": ("rgt box install: host box-full: the box ran out of disk space during the install. Next: free "
-                  "space in the home directory (`df -h ~` on the box), then run `rgt box install` again", "SSH-24"),
+                  "space in the home directory (`df -h ~` on the box), then run `rgt box install box-full` again",
+                  "SSH-24"),
     "disk-full-tar": ("rgt box install: host box-full: the install failed at step upload: tar: "
                       "remote_gpu_trainer-0.1.0+a97d3218f4fb-py3-none-any.whl: Wrote only 512 of 10240 bytes. Next: "
-                      "read the detail; with no package index on the box, use `rgt box install HOST --wheels`",
+                      "read the detail; with no package index on the box, use `rgt box install box-full --wheels`",
                       "SSH-24"),
     "disk-full-pip": ("rgt box install: host box-full: the install failed at step pip: rgt-fail: pip. Next: read the "
-                      "detail; with no package index on the box, use `rgt box install HOST --wheels`", "SSH-24"),
+                      "detail; with no package index on the box, use `rgt box install box-full --wheels`", "SSH-24"),
     "tool-failed": ("rgt health: host box-ok: gpu_health failed on the box: RuntimeError: simulated failure inside "
                     "the tool. Next: read the detail (the tail of its traceback); run the same tool with the same "
                     "arguments on the box (`rgt` in the runtime's venv) to reproduce", "SSH-25"),

@@ -37,6 +37,8 @@ from .ssh import run
 
 MIN_FREE_BYTES = 64 * 2**20
 """The wheel and a venv with pip: about 25 MiB; more when --wheels sends dependencies."""
+STEPS = 5
+"""Progress of one box's install: checking, (downloading wheels), sending, installing, done."""
 HOST_DESCRIPTION = "The box: an ssh alias from ~/.ssh/config or user@name[:port], as typed after `ssh`."
 
 
@@ -196,8 +198,8 @@ def install(host: Host, wheels: bool = False, progress: Progress | None = None,
     if current.free_bytes is not None and current.free_bytes < MIN_FREE_BYTES:
         raise RemoteError(host.given, "disk_full", f"the box has {current.free_bytes / 2**20:.0f} MiB free in the "
                           f"home directory; the runtime needs about {MIN_FREE_BYTES // 2**20} MiB",
-                          "free space in the home directory (`df -h ~` on the box), then run `rgt box install` "
-                          "again")
+                          f"free space in the home directory (`df -h ~` on the box), then run `rgt box install "
+                          f"{host.given}` again")
     tar, extra = payload.tar(host, report)
     report(2, STEPS, "sending the runtime")
     sent = run(host, upload_command(version), tar, timeout_s=600)
@@ -220,22 +222,18 @@ def _install_failure(host: Host, stderr: str) -> RemoteError:
     tail = stderr.strip()[-1200:]
     if any(sign in stderr for sign in ("No space left on device", "Errno 28", "Wrote only")):  # tar: "Wrote only"
         return RemoteError(host.given, "disk_full", "the box ran out of disk space during the install",
-                           "free space in the home directory (`df -h ~` on the box), then run `rgt box install` "
-                           "again", detail=tail)
+                           f"free space in the home directory (`df -h ~` on the box), then run `rgt box install "
+                           f"{host.given}` again", detail=tail)
     if kind_word == "no_python":
         return RemoteError(host.given, "no_python", "the box has no python 3.11 or newer "
                            f"({stderr.split('no_python', 1)[1].strip()[:80] or 'python3 not found'})",
                            "install python 3.11+ on the box (e.g. `apt install python3.11 python3.11-venv`, or "
-                           "conda/uv), then run `rgt box install` again", detail=tail)
+                           f"conda/uv), then run `rgt box install {host.given}` again", detail=tail)
     last = tail.splitlines()[-2] if len(tail.splitlines()) > 1 else tail
     return RemoteError(host.given, _FAIL_KINDS.get(kind_word, "install_failed"),  # type: ignore[arg-type]
                        f"the install failed at step {kind_word or 'upload'}: {last[:200]}",
-                       "read the detail; with no package index on the box, use `rgt box install HOST --wheels`",
-                       detail=tail)
-
-
-STEPS = 5
-"""Progress of one box: checking, (downloading wheels), sending, installing, done."""
+                       f"read the detail; with no package index on the box, use `rgt box install {host.given} "
+                       "--wheels`", detail=tail)
 
 
 class _Batch:
@@ -386,9 +384,9 @@ def _install_report(rows: list[BoxReport], elapsed_s: float) -> InstallReport:
 
 
 def _run_install(args: InstallInput, progress: Progress) -> InstallReport:
-    names = args.targets()
-    field = "host" if args.hosts is None else "hosts"
-    hosts = [parse_host(name, field) for name in names]  # a host string never reaches ssh as an option
+    for name in args.hosts or []:  # a host string never reaches ssh as an option; the error names its field
+        parse_host(name, "hosts")
+    hosts = [parse_host(name, "host") for name in args.targets()]
     return install_many(hosts, args.wheels, progress, args.wait_s, args.concurrency)
 
 
