@@ -56,7 +56,7 @@ TOOL = {
                 "39797: Connection timed out. Next: the box may be stopped, preempted or behind a firewall; check it "
                 "in the provider's console, then retry", "SSH-16"),
     "no-answer": ("rgt ports: host box-x: the box did not answer within 30 s. Next: check that the box is up "
-                  "(`ssh HOST true` in a terminal); a proxy that only offers an interactive shell never answers a "
+                  "(`ssh box-x true` in a terminal); a proxy that only offers an interactive shell never answers a "
                   "command", "SSH-16"),
     "denied": ("rgt ports: host box-stranger: the box refused authentication (no usable key; passwords cannot be "
                "typed by an agent); ssh said: root@127.0.0.1: Permission denied (publickey).. Next: add your public "

@@ -141,10 +141,10 @@ class Reply:
     received: float
 
 
-def _error_of(err: BaseException) -> HostError:
+def _error_of(host: str, err: BaseException) -> HostError:
     kind = getattr(err, "kind", type(err).__name__)
     return HostError(kind=str(kind), message=str(getattr(err, "message", err)),
-                     next_step=str(getattr(err, "next_step", "check the host by hand: ssh HOST true")))
+                     next_step=str(getattr(err, "next_step", f"check the host by hand: ssh {host} true")))
 
 
 def gather(fleet: list[str], per_host: dict[str, dict], caller: FactsCaller, concurrency: int, timeout_s: float,
@@ -162,7 +162,7 @@ def gather(fleet: list[str], per_host: dict[str, dict], caller: FactsCaller, con
             plain = HostFacts.model_validate(facts.model_dump(exclude={"host", "box"}))
             return Reply(plain, None, sent, received)
         except Exception as err:  # RemoteError, or anything the transport raised: a row, not a crash
-            return Reply(None, _error_of(err), sent, time.time())
+            return Reply(None, _error_of(host, err), sent, time.time())
 
     futures = {host: pool.submit(one, host) for host in fleet}  # in order: the head (first) never waits
     deadline = time.monotonic() + timeout_s * waves(len(fleet), concurrency)
@@ -171,7 +171,7 @@ def gather(fleet: list[str], per_host: dict[str, dict], caller: FactsCaller, con
             replies[host] = future.result(timeout=max(0.0, deadline - time.monotonic()))
         except FutureTimeout:
             replies[host] = Reply(None, HostError(kind="timeout", message=f"no answer within {timeout_s:g} s",
-                                                  next_step="the box or its ssh is hung: ssh HOST uptime"),
+                                                  next_step=f"the box or its ssh is hung: ssh {host} uptime"),
                                   time.time(), time.time())
         # "facts read", never "ok": the verdict comes after every host's facts are judged together
         error = replies[host].error

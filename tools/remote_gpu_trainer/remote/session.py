@@ -96,10 +96,9 @@ class Session:
                 line = self._next_line(deadline)
             except TimeoutError:
                 self.close()
-                raise RemoteError(self.host.given, "timeout", "the box did not answer within "
-                                  f"{CONNECT_DEADLINE_S:g} s", "check that the box is up (`ssh HOST true` in a "
-                                  "terminal); a proxy that only offers an interactive shell never answers "
-                                  "a command") from None
+                raise RemoteError(self.host.given, "timeout", f"the box did not answer within {CONNECT_DEADLINE_S:g} s",
+                                  f"check that the box is up (`ssh {self.host.given} true` in a terminal); a proxy "
+                                  "that only offers an interactive shell never answers a command") from None
             if line is _EOF:
                 error = self._ended()
                 if error.kind == "remote_tool_failed" and first_lines:
@@ -286,7 +285,7 @@ def call_remote(host: Host, tool: str, arguments: dict[str, Any], progress: Prog
         box = resolve(host).identity
     except (OSError, ValueError, subprocess.TimeoutExpired) as err:
         raise RemoteError(host.given, "ssh_failed", f"ssh could not read its configuration for this host ({err})",
-                          "check ~/.ssh/config (or RGT_SSH_CONFIG) with `ssh -G HOST`") from None
+                          f"check ~/.ssh/config (or RGT_SSH_CONFIG) with `ssh -G {host.given}`") from None
     session = POOL.acquire(host)
     try:
         result = session.request(tool, arguments, box, timeout_s or default_timeout(), progress)
