@@ -136,7 +136,8 @@ def run_start(args: RunStartInput, progress: Progress) -> RunStarted:
     progress(2, 3, f"run {run.run_id}: {status.state}")
     status_cli = shlex.join(["rgt", "run", "status", run.run_id, *cli_host_args()])
     step = (f"Watch it: run_status run_id={run.run_id} (or `{status_cli}`); stop it with run_stop."
-            if status.state not in ENDED else f"It already ended: run_status run_id={run.run_id} says why.")
+            if status.state not in ENDED else f"It already ended: run_status run_id={run.run_id} (or `{status_cli}`) "
+            "says why.")
     return RunStarted(run_id=run.run_id, state=status.state, detail=status.detail, pid=meta.get("pid"), argv=argv,
                       cwd=str(cwd), env_added=sorted(env), gpus=gpus, port=port,
                       checks=[CheckRow(check=k, result=v) for k, v in checks.items()], run_dir=str(run.path),
