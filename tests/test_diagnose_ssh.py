@@ -56,7 +56,7 @@ TOOL = {
                 "39797: Connection timed out. Next: the box may be stopped, preempted or behind a firewall; check it "
                 "in the provider's console, then retry", "SSH-16"),
     "no-answer": ("rgt ports: host box-x: the box did not answer within 30 s. Next: check that the box is up "
-                  "(`ssh HOST true` in a terminal); a proxy that only offers an interactive shell never answers a "
+                  "(`ssh box-x true` in a terminal); a proxy that only offers an interactive shell never answers a "
                   "command", "SSH-16"),
     "denied": ("rgt ports: host box-stranger: the box refused authentication (no usable key; passwords cannot be "
                "typed by an agent); ssh said: root@127.0.0.1: Permission denied (publickey).. Next: add your public "
@@ -64,24 +64,40 @@ TOOL = {
                "~/.ssh/config, or load the key into ssh-agent; `ssh -v box-stranger true` shows which keys were "
                "offered", "SSH-17"),
     "unknown-key": ("rgt ports: host box-unknown: the box's host key is not known and your ssh config refuses new "
-                    "keys; ssh said: Host key verification failed.. Next: connect once with `ssh box-unknown` in a "
-                    "terminal and accept the key, or set `StrictHostKeyChecking accept-new` for this host in "
-                    "~/.ssh/config", "SSH-18"),
-    "changed-key": ("rgt ports: host box-changed: the box's host key changed since it was recorded in known_hosts; "
-                    "ssh said: @    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @. Next: if the provider "
-                    "re-used the address for a new box (common after re-renting), remove the old key with "
-                    "`ssh-keygen -R '[box-changed]:PORT'` (or `ssh-keygen -R box-changed`) and retry; otherwise do "
-                    "not connect", "SSH-19"),
+                    "keys; ssh said: No ED25519 host key is known for [127.0.0.1]:43625 and you have requested strict "
+                    "checking. Next: your config has StrictHostKeyChecking yes for this host, so ssh never records a "
+                    "new key itself: `ssh-keyscan -p 43625 127.0.0.1 > new-box.key`, check that `ssh-keygen -lf "
+                    "new-box.key` lists the fingerprint the provider's console or the box's own terminal shows (there: "
+                    "`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub`), then `cat new-box.key >> "
+                    "/tmp/sshrepro/fleet/kh-empty`; or set `StrictHostKeyChecking accept-new` in its Host block (new "
+                    "keys recorded, changed keys still refused)", "SSH-18"),
+    "changed-key": ("rgt ports: host box-changed: the box's host key changed since it was recorded in known_hosts (the "
+                    "box now presents the ED25519 key SHA256:mNWa8wgehKx+ox6+EWxndKXpQP4X2LwZgbHBXfssuF4); ssh said: "
+                    "@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @. Next: if the provider re-used the "
+                    "address for a new box (common after re-renting), remove the old key with `ssh-keygen -f "
+                    "/tmp/sshrepro/fleet/kh-changed -R '[127.0.0.1]:43625'` and retry (the new key is then recorded on "
+                    "first use, accept-new); otherwise do not connect", "SSH-19"),
+    "changed-key-strict": (
+        "rgt ports: host box-changed: the box's host key changed since it was recorded in known_hosts (the box now "
+        "presents the ED25519 key SHA256:mNWa8wgehKx+ox6+EWxndKXpQP4X2LwZgbHBXfssuF4); ssh said: @    WARNING: REMOTE "
+        "HOST IDENTIFICATION HAS CHANGED!     @. Next: if the provider re-used the address for a new box (common after "
+        "re-renting), remove the old key with `ssh-keygen -f /tmp/sshrepro/fleet/kh-changed -R '[127.0.0.1]:43625'`; "
+        "your config has StrictHostKeyChecking yes, so record the new key yourself: `ssh-keyscan -p 43625 127.0.0.1 > "
+        "new-box.key`, check that `ssh-keygen -lf new-box.key` lists "
+        "SHA256:mNWa8wgehKx+ox6+EWxndKXpQP4X2LwZgbHBXfssuF4 (the key ssh was shown) and that the provider's console "
+        "or the box's own terminal shows the same (there: "
+        "`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub`), then `cat new-box.key >> "
+        "/tmp/sshrepro/fleet/kh-changed`; then retry. Otherwise do not connect", "SSH-19"),
     "shell-only": ("rgt ports: host box-shell: this ssh endpoint did not run our command (it printed: 'Error: this "
                    "endpoint needs an interactive terminal (PTY)'). Next: use an ssh endpoint that runs commands "
                    "(e.g. the box's own sshd on its direct TCP port), not a proxy that only opens an interactive "
                    "shell", "SSH-20"),
     "no-python": ("rgt box install: host box-nopy: the box has no python 3.11 or newer (Python 3.8.10). Next: install "
                   "python 3.11+ on the box (e.g. `apt install python3.11 python3.11-venv`, or conda/uv), then run "
-                  "`rgt box install` again", "SSH-21"),
+                  "`rgt box install box-nopy` again", "SSH-21"),
     "missing": ("rgt ports: host box-bare: the box has no remote-gpu-trainer runtime. Next: run `rgt box install "
                 "box-bare` once (a venv under ~/.cache/remote-gpu-trainer, no root; it uses the box's own torch), or "
-                "over MCP call box_install(host=...)", "SSH-22"),
+                "over MCP call box_install(hosts=[\"box-bare\"]); several boxes: all in one call", "SSH-22"),
     "mismatch": ("rgt ports: host box-bare: the box has runtime 0.0.1+0123456789ab, this checkout needs "
                  "0.1.0+c3ba737f77e2. Next: run `rgt box install box-bare` (installs 0.1.0+c3ba737f77e2 beside the "
                  "old one; `rgt box remove box-bare` clears old versions)", "SSH-23"),
@@ -89,13 +105,14 @@ TOOL = {
                         "installed: 0.0.1+0123456789ab (ready)\n"
                         "next: run `rgt box install box-bare` to add 0.1.0+c3ba737f77e2", "SSH-23"),
     "disk-full": ("rgt box install: host box-full: the box ran out of disk space during the install. Next: free "
-                  "space in the home directory (`df -h ~` on the box), then run `rgt box install` again", "SSH-24"),
+                  "space in the home directory (`df -h ~` on the box), then run `rgt box install box-full` again",
+                  "SSH-24"),
     "disk-full-tar": ("rgt box install: host box-full: the install failed at step upload: tar: "
                       "remote_gpu_trainer-0.1.0+a97d3218f4fb-py3-none-any.whl: Wrote only 512 of 10240 bytes. Next: "
-                      "read the detail; with no package index on the box, use `rgt box install HOST --wheels`",
+                      "read the detail; with no package index on the box, use `rgt box install box-full --wheels`",
                       "SSH-24"),
     "disk-full-pip": ("rgt box install: host box-full: the install failed at step pip: rgt-fail: pip. Next: read the "
-                      "detail; with no package index on the box, use `rgt box install HOST --wheels`", "SSH-24"),
+                      "detail; with no package index on the box, use `rgt box install box-full --wheels`", "SSH-24"),
     "tool-failed": ("rgt health: host box-ok: gpu_health failed on the box: RuntimeError: simulated failure inside "
                     "the tool. Next: read the detail (the tail of its traceback); run the same tool with the same "
                     "arguments on the box (`rgt` in the runtime's venv) to reproduce", "SSH-25"),

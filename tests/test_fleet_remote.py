@@ -271,7 +271,7 @@ def test_the_cli_waits_for_the_result_and_prints_progress_without_a_job(fleet):
     result = json.loads(done.stdout)
     assert result["done"] is True and result["state"] == "done" and result["job_id"] is None
     assert {r["host"]: r["verdict"] for r in result["hosts"]} == {"pf-head": "PASS", "pf-old": "WARN"}
-    assert "pf-head: ok" in done.stderr and "pf-old: ok" in done.stderr  # progress, on stderr only
+    assert "pf-head: facts read" in done.stderr and "pf-old: facts read" in done.stderr  # progress, on stderr only
     for flag in ("--wait-s", "--job-id"):
         refused = _rgt("preflight", "--hosts", "pf-head", flag, "0")
         assert refused.returncode == 2 and "unrecognized arguments" in refused.stderr, refused.stderr

@@ -203,7 +203,8 @@ def test_closed_port_wrong_key_and_host_keys(ssh_fleet, tmp_path):
     assert _kind("box-stranger").kind == "auth_refused"
     assert _kind("box-unknown").kind == "host_key_unknown"
     changed = _kind("box-changed")
-    assert changed.kind == "host_key_changed" and f"ssh-keygen -R '[127.0.0.1]:{port}'" in changed.next_step
+    assert changed.kind == "host_key_changed"
+    assert f"ssh-keygen -f {tmp_path / 'kh-changed'} -R '[127.0.0.1]:{port}'" in changed.next_step  # its own file
 
 
 def test_a_new_box_key_is_recorded_on_first_use(ssh_fleet, tmp_path):
@@ -237,8 +238,8 @@ def test_box_status_install_and_remove(ssh_fleet):
     before = call("box_status", host="box-life")
     assert before.state == "missing"
     installed = call("box_install", host="box-life")
-    assert installed.state == "ready" and "ready" in installed.steps
-    assert call("box_install", host="box-life").summary.endswith("already installed")  # idempotent
+    assert installed.state == "ready" and "ready" in installed.hosts[0].steps
+    assert call("box_install", host="box-life").hosts[0].summary.endswith("already installed")  # idempotent
     assert call("gpu_health", host="box-life").verdict is Verdict.PASS
     runs = ssh_fleet.boxes["box-life"].home / ".cache" / "remote-gpu-trainer" / "runs"
     runs.mkdir()
@@ -301,7 +302,7 @@ def test_a_slow_install_goes_on_in_the_background_and_a_later_call_reports_it(ss
     while report.state == "installing" and time.monotonic() < deadline:
         time.sleep(1)
         report = call("box_install", host="box-slow", wait_s=5)
-    assert report.state == "ready" and "ready" in report.steps
+    assert report.state == "ready" and "ready" in report.hosts[0].steps
     assert call("gpu_health", host="box-slow").host == "box-slow"
 
 

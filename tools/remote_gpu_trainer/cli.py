@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 import types
 import typing
 from enum import Enum
@@ -22,13 +23,23 @@ from pydantic.fields import FieldInfo
 
 from .errors import InputError
 from .registry import all_specs, cli_specs
-from .tables import render_model
 from .toolspec import ToolSpec
 
 EXIT_INPUT_ERROR = 2
 EXIT_REMOTE_ERROR = 5
 GROUP_HELP = {"run": "Training runs on a box: start, status, logs, stop, list",
               "box": "The runtime on a box: install, status, remove"}
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's help, wrapped at spaces only: ``--no-dry-run`` and paths stay whole on one line."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return textwrap.fill(" ".join(text.split()), width, initial_indent=indent, subsequent_indent=indent,
+                             break_on_hyphens=False)
 
 
 def _unwrap_optional(annotation: Any) -> Any:
@@ -67,9 +78,33 @@ def _json_argument(name: str) -> Any:
     return parse
 
 
+POSITIONAL = "positional:"
+"""Namespace prefix of a positional argument, kept apart from its ``--name`` flag (see :func:`arguments_of`)."""
+
+
+def _default_text(field: FieldInfo, annotation: Any, flag: str) -> str:
+    """`` (default: …)`` for --help, in the form the flag takes; empty for required fields and null defaults."""
+    if field.is_required():
+        return ""
+    default = field.get_default(call_default_factory=True)
+    if annotation is bool:
+        return f" (default: --{'' if default else 'no-'}{flag})"
+    if default is None or default == [] or default == {}:
+        return ""
+    if isinstance(default, Enum):
+        default = default.value
+    if isinstance(default, list):
+        return " (default: " + " ".join(str(getattr(v, "value", v)) for v in default) + ")"
+    if isinstance(default, dict):
+        return f" (default: {json.dumps(default)})"
+    return f" (default: {default:g})" if isinstance(default, float) else f" (default: {default})"
+
+
 def _add_field(parser: argparse.ArgumentParser, name: str, field: FieldInfo, positional: bool) -> None:
+    """``--name`` for every input field; the spec's positional field is also accepted bare (``rgt ports 29500``)."""
     annotation = _unwrap_optional(field.annotation)
-    help_text = (field.description or "").replace("%", "%%")
+    flag = name.replace("_", "-")
+    help_text = ((field.description or "") + _default_text(field, annotation, flag)).replace("%", "%%")
     kwargs: dict[str, Any] = {"help": help_text, "default": argparse.SUPPRESS}
     if annotation is bool:
         kwargs["action"] = argparse.BooleanOptionalAction
@@ -82,16 +117,14 @@ def _add_field(parser: argparse.ArgumentParser, name: str, field: FieldInfo, pos
         kwargs["type"] = _json_argument(name)
         kwargs["metavar"] = "JSON"
     if positional:
-        kwargs.pop("default")
-        if field.is_required():
-            parser.add_argument(name, **kwargs)
-        else:
-            kwargs["nargs"] = "*" if kwargs.get("nargs") == "+" else "?"
-            parser.add_argument(name, **kwargs)
-        return
-    if field.is_required():
+        bare = {k: v for k, v in kwargs.items() if k != "default"}
+        bare["nargs"] = "*" if kwargs.get("nargs") == "+" else "?"
+        bare["help"] = f"{help_text.rstrip('.')}. Also --{flag}."
+        parser.add_argument(POSITIONAL + name, metavar=name.upper() if "metavar" not in bare else bare.pop("metavar"),
+                            **bare)
+    elif field.is_required():
         kwargs["required"] = True
-    flags = [f"--{name.replace('_', '-')}"] + ([f"--{name}"] if "_" in name else [])
+    flags = [f"--{flag}"] + ([f"--{name}"] if "_" in name else [])
     parser.add_argument(*flags, dest=name, **kwargs)
 
 
@@ -109,14 +142,15 @@ def _subparsers_for(subparsers: Any, groups: dict[str, Any], words: list[str]) -
 def _add_spec(subparsers: Any, spec: ToolSpec, groups: dict[str, Any]) -> None:
     words = spec.cli.split()
     parser = _subparsers_for(subparsers, groups, words).add_parser(words[-1], help=spec.title,
-                                                                   description=spec.description)
+                                                                   description=spec.description,
+                                                                   formatter_class=_HelpFormatter)
     fixed = dict(spec.cli_fixed)
     for name, field in spec.input_model.model_fields.items():
         if name in fixed:
             continue
         if name == spec.cli_file_field:
-            parser.add_argument("file", nargs="?", default="-", help="file to read, or - for stdin (default)")
-            continue
+            parser.add_argument("file", nargs="?", default="-", help=f"file to read into {name}, or - for stdin "
+                                f"(default); or give it as --{name.replace('_', '-')}")
         _add_field(parser, name, field, positional=name == spec.cli_positional)
     if spec.remote:
         parser.add_argument("--host", default=os.environ.get("RGT_HOST") or None,
@@ -142,20 +176,37 @@ def _progress(done: float, total: float | None = None, message: str = "") -> Non
     print(f"[{step}] {message}", file=sys.stderr, flush=True)
 
 
-def _run_spec(spec: ToolSpec, namespace: argparse.Namespace) -> int:
-    from .remote.errors import RemoteError
-
-    arguments = {k: v for k, v in vars(namespace).items()
-                 if k not in ("spec", "as_json", "file") and not k.startswith("command")}
-    # An optional positional that was not given arrives as None or []: let the model default apply.
-    arguments = {k: v for k, v in arguments.items() if not (k == spec.cli_positional and v in (None, []))}
+def arguments_of(spec: ToolSpec, namespace: argparse.Namespace) -> dict[str, Any]:
+    """The tool's arguments from parsed flags (before reading a FILE): a positional given bare or as ``--name``,
+    ``--host`` when given, and the spec's fixed values. Raises :class:`InputError` when both forms are given."""
+    values = vars(namespace)
+    arguments = {k: v for k, v in values.items()
+                 if k not in ("spec", "as_json", "file") and not k.startswith(("command", POSITIONAL))}
+    for key, value in values.items():
+        if not key.startswith(POSITIONAL) or value in (None, []):  # not given bare: the flag or the default applies
+            continue
+        name = key.removeprefix(POSITIONAL)
+        if name in arguments:
+            flag = name.replace("_", "-")
+            raise InputError(name, f"given twice: as {name.upper()} and as --{flag}; give one of them")
+        arguments[name] = value
     if arguments.get("host") is None:
         arguments.pop("host", None)
     arguments.update(spec.cli_fixed)
+    return arguments
+
+
+def _run_spec(spec: ToolSpec, namespace: argparse.Namespace) -> int:
+    from .remote.errors import RemoteError
+
     try:
+        arguments = arguments_of(spec, namespace)
+        field = spec.cli_file_field
+        if field and field in arguments and namespace.file != "-":
+            raise InputError(field, f"given twice: as --{field.replace('_', '-')} and as the file {namespace.file!r}")
         # A log named with --log-path is read by the tool (on the box, with --host), not from stdin.
-        if spec.cli_file_field and not (namespace.file == "-" and arguments.get("log_path")):
-            arguments[spec.cli_file_field] = _read_text(namespace.file)
+        if field and field not in arguments and not (namespace.file == "-" and arguments.get("log_path")):
+            arguments[field] = _read_text(namespace.file)
         result: BaseModel = spec.call(arguments, _progress)
     except (InputError, OSError) as err:
         print(f"rgt {spec.cli}: error: {err}", file=sys.stderr)
@@ -169,7 +220,7 @@ def _run_spec(spec: ToolSpec, namespace: argparse.Namespace) -> int:
     if namespace.as_json:
         print(result.model_dump_json(indent=2))
     else:
-        print(spec.render_text(result) if spec.render_text else render_model(result))
+        print(spec.text(result))
     return spec.exit_code(result) if spec.exit_code else 0
 
 

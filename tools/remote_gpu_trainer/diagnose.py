@@ -44,6 +44,7 @@ from the first and last 256 KiB, where launch banners and final tracebacks are.
 from __future__ import annotations
 
 import math
+import os
 import re
 import threading
 from bisect import bisect_right
@@ -102,14 +103,21 @@ class DiagnoseInput(StrictModel):
 
 
 def read_tail(path: str, tail_bytes: int) -> str:
-    """The last ``tail_bytes`` of a log, from its first whole line: a long log is never read whole."""
+    """The last ``tail_bytes`` of a log, from its first whole line: a long log is never read whole.
+
+    ``~`` is the user's home and a relative path is relative to the working directory, which on a box is the
+    box user's home (the box's runtime starts there), so ``~/train.log`` and ``train.log`` mean what they mean
+    in ``ssh box tail train.log``.
+    """
+    full = os.path.abspath(os.path.expanduser(path))
     try:
-        with open(path, "rb") as handle:
+        with open(full, "rb") as handle:
             size = handle.seek(0, 2)
             handle.seek(max(0, size - tail_bytes))
             data = handle.read(tail_bytes)
     except OSError as err:
-        raise InputError("log_path", f"cannot read {path!r}: {err.strerror or err}") from None
+        shown = repr(path) if full == path else f"{path!r} ({full})"
+        raise InputError("log_path", f"cannot read {shown}: {err.strerror or err}") from None
     if size > tail_bytes and b"\n" in data:
         data = data.split(b"\n", 1)[1]
     return data.decode("utf-8", errors="replace")

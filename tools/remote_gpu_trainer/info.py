@@ -119,7 +119,7 @@ def skill_info(args: SkillInfoInput, progress: Progress) -> SkillInfo:
         skill_root=str(skill_root()),
         backends=[Backend(name="nvml", available=nvml.ok, version=nvml.nvml_version, detail=nvml.detail),
                   *_torch_backends(args.probe_torch, args.timeout_s)],
-        tools=[s.name for s in all_specs()],
+        tools=[s.name for s in all_specs() if not s.internal],  # what MCP lists; internal specs are building blocks
         resources=_served_resource_count(),
     )
 

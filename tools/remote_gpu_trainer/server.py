@@ -31,7 +31,6 @@ from .errors import InputError, describe_validation_error
 from .paths import skill_markdown_files, skill_root
 from .registry import all_specs
 from .remote.errors import RemoteError
-from .tables import render_model
 from .toolspec import ToolSpec
 
 log = logging.getLogger(__name__)
@@ -91,10 +90,7 @@ def tool_function(spec: ToolSpec):
             raise ToolError(str(err)) from None
         except RemoteError as err:
             raise ToolError(f"{err} [{err.kind}]") from None
-        text = spec.render_text(result) if spec.render_text else render_model(result)
-        if spec.remote and getattr(result, "host", None):
-            text = f"[host {result.host}] {text}"
-        return CallToolResult(content=[TextContent(type="text", text=text)],
+        return CallToolResult(content=[TextContent(type="text", text=spec.text(result))],
                               structured_content=result.model_dump(mode="json"))
 
     tool.__name__ = spec.name

@@ -8,6 +8,7 @@ flags. Both validate through :meth:`ToolSpec.call`, so an agent and a human get 
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -16,6 +17,19 @@ from pydantic import BaseModel, Field, ValidationError, create_model
 
 from .errors import InputError
 from .models import Verdict
+
+BOX_HOST_ENV = "RGT_BOX_HOST"
+"""Set by the box's runtime for each request: the host as the caller named it (empty for a local call)."""
+
+
+def cli_host_args() -> list[str]:
+    """``["--host", HOST]`` while a tool runs on a box for a caller who named it HOST, else ``[]``.
+
+    A command a result prints for the next step (a confirmed kill, ``rgt run status``) must reach the same box
+    when the person copies it; the tool itself cannot know it runs remotely otherwise.
+    """
+    host = os.environ.get(BOX_HOST_ENV)
+    return ["--host", host] if host else []
 
 
 class Progress(Protocol):
@@ -82,6 +96,15 @@ class ToolSpec:
         except ValidationError as err:
             raise InputError.from_validation(err) from None
 
+    def text(self, result: BaseModel) -> str:
+        """The short summary people and agents read (``rgt`` stdout, MCP text content). A result from a box is
+        headed by its host: the tool's own wording ("here", "this box") was written on the box."""
+        from .tables import render_model
+
+        body = self.render_text(result) if self.render_text else render_model(result)
+        host = getattr(result, "host", None) if self.remote else None
+        return f"[host {host}] {body}" if host else body
+
     @property
     def result_model(self) -> type[BaseModel]:
         """The output model, plus a top-level ``host`` for machine-facing tools (the host as the caller gave
@@ -108,8 +131,12 @@ class ToolSpec:
         from .remote.hosts import resolve
 
         parsed = parse_host(host)
+
+        def from_box(done: float, total: float | None = None, message: str = "") -> None:
+            progress(done, total, f"{host}: {message}" if message else message)  # the box's words name the box
+
         try:
-            data = call_remote(parsed, self.name, args.model_dump(mode="json"), progress, timeout_s)
+            data = call_remote(parsed, self.name, args.model_dump(mode="json"), from_box, timeout_s)
         except RemoteError as err:
             if self.unreachable is None or not err.unreachable:
                 raise

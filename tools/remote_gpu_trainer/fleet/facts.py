@@ -148,7 +148,7 @@ def probe_torch(timeout_s: float) -> TorchFacts:
 
 def free_disk(path: str) -> tuple[int | None, str]:
     """Free bytes where checkpoints go; a directory not made yet is measured at its nearest parent."""
-    target = Path(path).expanduser()
+    target = Path(path).expanduser().absolute()  # relative: to the home the box's runtime starts in
     probe = target
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent

@@ -13,6 +13,7 @@ MCP clients give up on a call after about a minute, so the work runs as a backgr
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -140,10 +141,10 @@ class Reply:
     received: float
 
 
-def _error_of(err: BaseException) -> HostError:
+def _error_of(host: str, err: BaseException) -> HostError:
     kind = getattr(err, "kind", type(err).__name__)
     return HostError(kind=str(kind), message=str(getattr(err, "message", err)),
-                     next_step=str(getattr(err, "next_step", "check the host by hand: ssh HOST true")))
+                     next_step=str(getattr(err, "next_step", f"check the host by hand: ssh {host} true")))
 
 
 def gather(fleet: list[str], per_host: dict[str, dict], caller: FactsCaller, concurrency: int, timeout_s: float,
@@ -161,7 +162,7 @@ def gather(fleet: list[str], per_host: dict[str, dict], caller: FactsCaller, con
             plain = HostFacts.model_validate(facts.model_dump(exclude={"host", "box"}))
             return Reply(plain, None, sent, received)
         except Exception as err:  # RemoteError, or anything the transport raised: a row, not a crash
-            return Reply(None, _error_of(err), sent, time.time())
+            return Reply(None, _error_of(host, err), sent, time.time())
 
     futures = {host: pool.submit(one, host) for host in fleet}  # in order: the head (first) never waits
     deadline = time.monotonic() + timeout_s * waves(len(fleet), concurrency)
@@ -170,9 +171,12 @@ def gather(fleet: list[str], per_host: dict[str, dict], caller: FactsCaller, con
             replies[host] = future.result(timeout=max(0.0, deadline - time.monotonic()))
         except FutureTimeout:
             replies[host] = Reply(None, HostError(kind="timeout", message=f"no answer within {timeout_s:g} s",
-                                                  next_step="the box or its ssh is hung: ssh HOST uptime"),
+                                                  next_step=f"the box or its ssh is hung: ssh {host} uptime"),
                                   time.time(), time.time())
-        progress(done + 1, len(fleet), f"{host}: {'ok' if replies[host].facts else replies[host].error.kind}")
+        # "facts read", never "ok": the verdict comes after every host's facts are judged together
+        error = replies[host].error
+        progress(done + 1, len(fleet), f"{host}: facts read" if replies[host].facts else
+                 f"{host}: no facts ({error.kind if error else 'no answer'})")
     pool.shutdown(wait=False, cancel_futures=True)
     return replies
 
@@ -273,6 +277,7 @@ def run_fleet(args: PreflightInput, progress: Progress, caller: FactsCaller | No
                 row.checks.append(_as_check(check))
     for row in rows:
         row.verdict = row_verdict(row.checks)
+    notes += runtime_notes(rows)
     env, env_notes = nccl_env(answered)
     notes += env_notes
     launch = _launch(args, fleet, answered, head_addr, env, notes)
@@ -292,6 +297,24 @@ def run_fleet(args: PreflightInput, progress: Progress, caller: FactsCaller | No
     result.summary = _summary(result)
     result.elapsed_s = round(time.monotonic() - started, 3)
     return result
+
+
+RUNTIME_KINDS = ("runtime_missing", "version_mismatch")
+
+
+def runtime_notes(rows: list[HostRow]) -> list[str]:
+    """Hosts without this checkout's runtime get one command that installs it on all of them at once; each such
+    row's next step says the same, so the fix is the same wherever it is read."""
+    names = [r.host for r in rows if r.error is not None and r.error.kind in RUNTIME_KINDS]
+    if not names:
+        return []
+    fix = (f"`{shlex.join(['rgt', 'box', 'install', *names])}` (MCP: box_install(hosts={json.dumps(names)})), "
+           "after the user agrees, then run the pre-flight again")
+    for row in rows:
+        if row.host in names and row.error is not None:
+            row.error.next_step = f"install the runtime on every host that lacks it: {fix}"
+            row.checks = [unreachable_check(row.error) if c.name == "reachable" else c for c in row.checks]
+    return [f"{len(names)} host(s) have no runtime of this checkout ({', '.join(names)}): {fix}"]
 
 
 def _as_check(check: FleetCheck):

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pydantic import Field
 
 from ..models import StrictModel, Verdict
-from ..processes.safekill import safe_kill
-from ..tables import format_table, gib
+from ..processes.safekill import age_text, safe_kill, target_table
+from ..tables import format_table, gib, where
 from ..toolspec import Progress, ToolSpec
 from .backend import NvmlBackend, NvmlProcessBackend
 from .checks import Check
@@ -65,10 +65,11 @@ def reap_vram_zombies(args: ReapInput, progress: Progress) -> ZombieReport:
 # --- rendering ------------------------------------------------------------------------------------
 
 
-def _fake_banner(backend: str) -> list[str]:
-    if not backend.startswith("fake:"):
+def _fake_banner(report: HealthReport | ZombieReport) -> list[str]:
+    if not report.backend.startswith("fake:"):
         return []
-    return [f"!! FAKE NVML scenario '{backend.removeprefix('fake:')}' ({FAKE_ENV}): not this machine's state"]
+    machine = getattr(report, "host", None) or "this machine"
+    return [f"!! FAKE NVML scenario '{report.backend.removeprefix('fake:')}' ({FAKE_ENV}): not {machine}'s state"]
 
 
 def _entry(check: Check) -> str:
@@ -88,7 +89,7 @@ def render_health(report: HealthReport) -> str:
     facts += [f"{report.gpus_found} GPU(s)", *(["container"] if report.in_container else []),
               f"{report.elapsed_s:.2f} s" + (f" (window {report.sample_s:g} s)" if report.sample_s else "")]
     lines.append(" · ".join(facts))
-    lines += _fake_banner(report.backend)
+    lines += _fake_banner(report)
     if report.gpus:
         rows = []
         for gpu in report.gpus:
@@ -110,7 +111,8 @@ def render_health(report: HealthReport) -> str:
     if skipped:
         lines.append(f"\n{skipped} per-GPU check(s) skipped (feature absent or driver too old); --json shows all")
     lines += [f"note: {n}" for n in report.notes]
-    meaning = {0: "trainable", 1: "do not train here", 3: "some signals unreadable", 4: "no NVIDIA GPU here"}
+    place = where(report)
+    meaning = {0: "trainable", 1: f"do not train {place}", 3: "some signals unreadable", 4: f"no NVIDIA GPU {place}"}
     lines.append(f"\nexit {report.exit_code}: {meaning.get(report.exit_code, '')}")
     return "\n".join(lines)
 
@@ -118,19 +120,17 @@ def render_health(report: HealthReport) -> str:
 def render_zombies(report: ZombieReport) -> str:
     head = f"{report.verdict.value}  {report.summary}"
     parts = [f"DRY RUN (nothing signalled)\n{head}" if report.dry_run else head]
-    parts += _fake_banner(report.backend)
+    parts += _fake_banner(report)
     if report.holders:
         parts.append(format_table(
             ["gpu", "pid", "kind", "vram", "user", "age", "nvml", "candidate", "command"],
-            [[h.gpu, h.pid, h.kind, gib(h.used_bytes, 1), h.user, f"{h.age_s / 60:.0f} min" if h.age_s else "-",
-              "listed" if h.nvml_listed else "scan", "yes" if h.candidate else "-", h.command[:50]]
-             for h in report.holders]))
+            [[h.gpu, h.pid, h.kind, gib(h.used_bytes, 1), h.user, age_text(h.age_s),
+              "listed" if h.nvml_listed else "scan", "yes" if h.candidate else "-", h.command]
+             for h in report.holders], wrap=["command"]))
         parts.append("\n".join(f"GPU {h.gpu} pid {h.pid} ({h.kind}): {h.reason}\n    remedy: {h.remedy}"
                                for h in report.holders if h.kind != "active" or h.candidate))
     if report.kill and report.kill.targets:
-        parts.append(format_table(["pid", "user", "name", "action", "outcome", "why / detail"],
-                                  [[t.pid, t.user, t.name, t.action if not t.refusal else f"refused:{t.refusal}",
-                                    t.outcome, f"{t.why}. {t.detail}".strip(". ")] for t in report.kill.targets]))
+        parts.append(target_table(report.kill.targets))
     if report.memory:
         parts.append(format_table(["gpu", "used before", "used after"],
                                   [[m.gpu, gib(m.used_bytes_before, 1), gib(m.used_bytes_after, 1)]

@@ -18,9 +18,9 @@ from pydantic import Field
 
 from ..models import EntryRef, StrictModel, Verdict
 from ..nvml_session import NO_GPU_REASONS, NvmlFault
-from ..processes.safekill import KillReport, Signal, safe_kill
+from ..processes.safekill import KillReport, Signal, safe_kill, whole_command
 from ..tables import gib
-from ..toolspec import Progress, no_progress
+from ..toolspec import Progress, cli_host_args, no_progress
 from .backend import GpuProcesses, Memory, NvmlBackend
 from .checks import E_HANG, E_NAMESPACED, E_ORPHANS, E_PKILL
 from .holders import Holder, HolderClass, LocalProcesses, ProcessSource, classify
@@ -73,7 +73,7 @@ class ZombieReport(StrictModel):
 def _row(holder: Holder) -> HolderRow:
     info = holder.info
     return HolderRow(gpu=holder.gpu, pid=holder.pid, kind=holder.cls, nvml_listed=holder.nvml_listed,
-                     used_bytes=holder.used_bytes, command=holder.command[:400],
+                     used_bytes=holder.used_bytes, command=whole_command(holder.command),
                      user=(info.username or (str(info.uid) if info.uid is not None else None)) if info else None,
                      status=info.status if info else None,
                      age_s=round(holder.age_s, 1) if holder.age_s is not None else None,
@@ -109,8 +109,8 @@ class ReapInput(StrictModel):
 
 
 def _cli_command(args: ReapInput, token: str) -> str:
-    parts = ["rgt", "zombies", "--no-dry-run", "--signal", args.signal, "--grace-s", f"{args.grace_s:g}",
-             "--min-age-s", f"{args.min_age_s:g}"]
+    parts = ["rgt", "zombies", *cli_host_args(), "--no-dry-run", "--signal", args.signal,
+             "--grace-s", f"{args.grace_s:g}", "--min-age-s", f"{args.min_age_s:g}"]
     if args.indices:
         parts += ["--indices", *map(str, args.indices)]
     return shlex.join([*parts, "--confirm-token", token])

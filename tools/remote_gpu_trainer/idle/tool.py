@@ -239,7 +239,8 @@ def render_box_idle(r: BoxIdle) -> str:
             head += f", idle cost so far {r.idle_cost:.2f} at {r.price_per_hour:g}/h"
     lines = [f"box_idle: {head}", *[f"  - {e}" for e in r.evidence]]
     if r.backend.startswith("fake:"):
-        lines.append(f"!! FAKE NVML scenario '{r.backend[5:]}': not this machine's state")
+        machine = getattr(r, "host", None) or "this machine"
+        lines.append(f"!! FAKE NVML scenario '{r.backend[5:]}': not {machine}'s state")
     if r.gpus:
         lines.append(format_table(["gpu", "util mean/max", "memory", "power", "processes"], [
             [g.index, f"{g.util_mean or 0:.0f}/{g.util_max if g.util_max is not None else '-'} %",
@@ -510,7 +511,7 @@ def run_pull(args: RunPullInput, progress: Progress) -> RunPullResult:
 
     if not args.run_id and not args.paths:
         raise InputError("run_id", "name a run_id or at least one path to pull")
-    progress(0, 3, "hashing on the box")
+    progress(0, 3, f"hashing on {args.host}")
     hashes = CUSTODY_HASHES.call({"run_id": args.run_id, "paths": args.paths, "host": args.host})
     assert isinstance(hashes, CustodyHashes)
     dest = Path(args.dest).expanduser().resolve()
@@ -520,7 +521,7 @@ def run_pull(args: RunPullInput, progress: Progress) -> RunPullResult:
     outcome = copy_and_verify(hashes.roots, box_files, dest, rsh, prefix) if hashes.roots else None
     recorded = 0
     if outcome and outcome.verified:
-        progress(2, 3, "recording verified copies on the box")
+        progress(2, 3, f"recording verified copies on {args.host}")
         mark = CUSTODY_MARK.call({"files": [f.__dict__ for f in outcome.verified], "dest": str(dest),
                                   "host": args.host})
         assert isinstance(mark, CustodyMark)
@@ -556,7 +557,7 @@ def render_pull(r: RunPullResult) -> str:
     if r.literal_bytes is not None:
         lines.append(f"rsync sent {gib(r.literal_bytes, 2)} (exit {r.rsync_exit})")
     if r.missing_roots:
-        lines.append("not on the box: " + ", ".join(r.missing_roots))
+        lines.append(f"not on {r.host}: " + ", ".join(r.missing_roots))
     for m in r.first_pass_mismatches:
         lines.append(f"  repaired: {m.path} ({m.kind}: {m.detail})")
     for m in r.mismatches:

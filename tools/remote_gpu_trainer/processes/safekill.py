@@ -28,6 +28,7 @@ chance to flush logs and release NCCL/GPU state before the hard kill.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -36,6 +37,7 @@ from pydantic import Field
 
 from ..errors import InputError
 from ..models import StrictModel
+from ..tables import format_table
 from ..toolspec import Progress, no_progress
 from .fingerprint import check_token, fingerprint, make_token
 from .launchers import find_launcher, launcher_kind
@@ -45,7 +47,9 @@ from .terminate import Outcome, terminate
 
 Signal = Literal["TERM", "KILL"]
 Action = Literal["would_signal", "signalled", "refused", "not_signalled"]
-MAX_COMMAND_CHARS = 400
+MAX_COMMAND_CHARS = 8192
+"""A command line is kept whole (a run name or rendezvous id at its end identifies the target); past this, which
+only a generated ``python -c`` script reaches, the row says how much was left out."""
 
 
 class ProcessRow(StrictModel):
@@ -55,11 +59,13 @@ class ProcessRow(StrictModel):
     ppid: int
     parent: str | None = Field(None, description="Parent's name, e.g. 'torchrun' or 'bash'")
     name: str
-    command: str = Field(description="Command line, truncated to 400 characters")
+    command: str = Field(description=f"The whole command line (control characters escaped; beyond "
+                         f"{MAX_COMMAND_CHARS} characters it ends with how many were left out)")
     user: str | None
     uid: int | None
     status: str = Field(description="psutil status: running, sleeping, stopped, zombie, disk-sleep (D state)...")
     started: str | None = Field(None, description="Start time, ISO 8601 local time")
+    age_s: float | None = Field(None, description="Seconds since it started")
     torchrun_group: int | None = Field(None, description="Pid of the distributed launcher (torchrun, "
                                        "torch.distributed.launch, accelerate launch, deepspeed) whose tree this "
                                        "process belongs to")
@@ -93,6 +99,28 @@ def printable(text: str) -> str:
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
+def whole_command(command: str) -> str:
+    """The command line for a report: printable, whole up to :data:`MAX_COMMAND_CHARS`."""
+    text = printable(command)
+    if len(text) <= MAX_COMMAND_CHARS:
+        return text
+    return f"{text[:MAX_COMMAND_CHARS]}… (+{len(text) - MAX_COMMAND_CHARS} characters)"
+
+
+def age_text(age_s: float | None) -> str:
+    """``45 s``, ``12 min``, ``3 h 05 min``, ``2 d 04 h``: a process's age as a person reads it."""
+    if age_s is None:
+        return "-"
+    seconds = int(age_s)
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    if seconds < 86400:
+        return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+    return f"{seconds // 86400} d {seconds % 86400 // 3600:02d} h"
+
+
 def _iso(timestamp: float | None) -> str | None:
     if timestamp is None:
         return None
@@ -109,11 +137,22 @@ def process_row(info: ProcInfo, table: ProcessTable) -> dict:
     parent = snapshot(info.ppid) if info.ppid > 0 else None
     return dict(
         pid=info.pid, ppid=info.ppid, parent=parent.name if parent else None, name=info.name,
-        command=printable(info.command)[:MAX_COMMAND_CHARS],
+        command=whole_command(info.command),
         user=info.username or (str(info.uid) if info.uid is not None else None),
         uid=info.uid, status=info.status, started=_iso(info.create_time),
+        age_s=round(time.time() - info.create_time, 1) if info.create_time else None,
         torchrun_group=find_launcher(info.pid, table), launcher=launcher_kind(info.cmdline),
     )
+
+
+def target_table(targets: list[KillTarget]) -> str:
+    """The targets of a dry run or a kill as people check them before consenting: who, how old, what it runs
+    (the whole command line, wrapped), and what it got or would get and why."""
+    return format_table(
+        ["pid", "user", "group", "age", "action", "outcome", "why / detail", "command"],
+        [[t.pid, t.user, t.torchrun_group, age_text(t.age_s), t.action if not t.refusal else f"refused:{t.refusal}",
+          t.outcome, f"{t.why}. {t.detail}".strip(". "), t.command or t.name] for t in targets],
+        wrap=["why / detail", "command"])
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from pydantic_core import PydanticCustomError
 from ..errors import InputError
 from ..models import EntryRef, StrictModel, Verdict
 from ..tables import format_table
-from ..toolspec import Progress, ToolSpec, exit_1_on_fail
+from ..toolspec import Progress, ToolSpec, cli_host_args, exit_1_on_fail
 from .fingerprint import parse_token
 from .launchers import find_launcher, launcher_kind
 from .ports import (
@@ -40,7 +40,7 @@ from .ports import (
     scan_ports,
     suggest_free_port,
 )
-from .safekill import KillTarget, ProcessRow, Signal, process_row, safe_kill
+from .safekill import KillTarget, ProcessRow, Signal, age_text, process_row, safe_kill, target_table
 from .safety import Caller, Policy, refusal
 from .snapshot import ProcessTable, ProcInfo, read_cmdline, snapshot
 from .sockets import Proto, SocketEntry, SocketTablesUnavailable
@@ -277,7 +277,7 @@ def _after(ports_held: list[int], args: KillPortHoldersInput, started: float) ->
 
 
 def _cli_command(args: KillPortHoldersInput, token: str) -> str:
-    parts = ["rgt", "ports", *(str(p) for p in args.ports)]
+    parts = ["rgt", "ports", *(str(p) for p in args.ports), *cli_host_args()]
     if args.protocol != "tcp":
         parts += ["--protocol", args.protocol]
     for flag, on in (("--include-connected", args.include_connected), ("--only-current-user", args.only_current_user),
@@ -376,13 +376,11 @@ def _render_kill(result: KillPortHoldersResult) -> str:
                                     s.state, s.pids or "-", s.owner] for s in result.sockets]))
         parts += [f"  {s.local}: {s.note}" for s in result.sockets if s.note]
     if result.targets:
-        parts.append(format_table(["pid", "user", "name", "group", "action", "outcome", "why / detail"],
-                                  [[t.pid, t.user, t.name, t.torchrun_group, t.action if not t.refusal else
-                                    f"refused:{t.refusal}", t.outcome, f"{t.why}. {t.detail}".strip(". ")]
-                                   for t in result.targets]))
+        parts.append(target_table(result.targets))
     if result.skipped:
-        parts.append(format_table(["pid", "user", "name", "skipped because"],
-                                  [[s.pid, s.user, s.name, s.reason] for s in result.skipped]))
+        parts.append(format_table(["pid", "user", "age", "skipped because", "command"],
+                                  [[s.pid, s.user, age_text(s.age_s), s.reason, s.command] for s in result.skipped],
+                                  wrap=["skipped because", "command"]))
     if result.after:
         parts.append(format_table(["port", "free", "holders", "detail"],
                                   [[a.port, "yes" if a.free else "NO", a.holders or "-", a.detail]
@@ -494,7 +492,7 @@ def port_status(args: PortStatusInput, progress: Progress) -> PortStatusResult:
         verdict = Verdict.FAIL
         alt = f"use port {suggested}" if suggested else "use --standalone"
         step = (f"Either {alt} (advice below), or free it: kill_port_holders(ports=[{port}]) dry run first "
-                f"(`rgt ports {port}`).")
+                f"(`{shlex.join(['rgt', 'ports', str(port), *cli_host_args()])}`).")
     return PortStatusResult(verdict=verdict, port=port, free=free, summary=summary,
                             bind_ok=bind_ok, bind_error=bind_error, sockets=sockets, holders=holders,
                             in_ephemeral_range=ephemeral, suggested_port=suggested, advice=advice, next_step=step,
@@ -508,8 +506,9 @@ def _render_status(result: PortStatusResult) -> str:
                                   [[s.local, s.remote, s.state, s.pids or "-", s.owner] for s in result.sockets]))
         parts += [f"  {s.local}: {s.note}" for s in result.sockets if s.note]
     if result.holders:
-        parts.append(format_table(["pid", "user", "name", "group", "command"],
-                                  [[h.pid, h.user, h.name, h.torchrun_group, h.command[:80]] for h in result.holders]))
+        parts.append(format_table(["pid", "user", "group", "age", "command"],
+                                  [[h.pid, h.user, h.torchrun_group, age_text(h.age_s), h.command]
+                                   for h in result.holders], wrap=["command"]))
     parts.append(f"suggested port: {result.suggested_port if result.suggested_port is not None else 'none found'}")
     parts.append(format_table(["launcher", "use"], [[a.launcher, a.use] for a in result.advice]))
     parts.append(f"next: {result.next_step}")

@@ -17,6 +17,7 @@ and exits. Detached runs and guards start their own sessions, so they are not in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -29,6 +30,7 @@ from typing import Any
 import psutil
 
 from ..errors import InputError
+from ..toolspec import BOX_HOST_ENV
 
 #: What tools print would corrupt the protocol, so they get stderr as stdout; replies use a private fd
 #: (and requests are read from a private copy of stdin).
@@ -71,6 +73,7 @@ def _handle(request: dict[str, Any]) -> None:
                                     "in this runtime"}})
         return
     os.environ["RGT_BOX_DESTINATION"] = str(request.get("box") or "")
+    os.environ[BOX_HOST_ENV] = str(request.get("host") or "")
 
     def progress(done: float, total: float | None = None, message: str = "") -> None:
         _send({"id": rid, "progress": [done, total, message]})
@@ -104,6 +107,10 @@ def main() -> None:
         os.setsid()  # our own group, so ending it cannot touch sshd or the caller's shell
     except OSError:
         pass
+    # Paths a user writes for a box (`train.log`, `runs/x`) mean the box user's home, as in `ssh box cat train.log`,
+    # whatever directory the ssh server started us in.
+    with contextlib.suppress(OSError):
+        os.chdir(os.path.expanduser("~"))
     _out = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
     requests = os.fdopen(os.dup(sys.stdin.fileno()), "r", encoding="utf-8")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())

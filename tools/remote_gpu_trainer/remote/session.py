@@ -96,10 +96,9 @@ class Session:
                 line = self._next_line(deadline)
             except TimeoutError:
                 self.close()
-                raise RemoteError(self.host.given, "timeout", "the box did not answer within "
-                                  f"{CONNECT_DEADLINE_S:g} s", "check that the box is up (`ssh HOST true` in a "
-                                  "terminal); a proxy that only offers an interactive shell never answers "
-                                  "a command") from None
+                raise RemoteError(self.host.given, "timeout", f"the box did not answer within {CONNECT_DEADLINE_S:g} s",
+                                  f"check that the box is up (`ssh {self.host.given} true` in a terminal); a proxy "
+                                  "that only offers an interactive shell never answers a command") from None
             if line is _EOF:
                 error = self._ended()
                 if error.kind == "remote_tool_failed" and first_lines:
@@ -123,7 +122,7 @@ class Session:
         from ..registry import home_of
 
         line = json.dumps({"id": rid, "tool": tool, "module": home_of(tool), "arguments": arguments, "box": box,
-                           "timeout_s": timeout_s})
+                           "host": self.host.given, "timeout_s": timeout_s})
         deadline = time.monotonic() + timeout_s + 5  # the box ends itself at timeout_s; this is the backstop
         try:
             assert self.proc.stdin is not None
@@ -172,9 +171,10 @@ class Session:
 
 def _tool_error(host: Host, tool: str, error: dict[str, Any]) -> Exception:
     kind = error.get("kind", "remote_tool_failed")
-    if kind == "input":
+    if kind == "input":  # the box judged an argument against its own state (a path, a run id): name the box
         made = InputError(error.get("field") or "input", "")
-        made.args = (error.get("message", ""),)
+        made.message = f"host {host.given}: {error.get('message', '')}"
+        made.args = (made.message,)
         return made
     if kind == "remote_timeout":
         return RemoteError(host.given, "remote_timeout", f"{tool}: {error.get('message')}",
@@ -200,7 +200,8 @@ def _runtime_error(host: Host, version: str, stderr: str) -> RemoteError:
                            f"`rgt box remove {host.given}` clears old versions)")
     return RemoteError(host.given, "runtime_missing", "the box has no remote-gpu-trainer runtime",
                        f"run `{fix}` once (a venv under ~/.cache/remote-gpu-trainer, no root; it uses the box's "
-                       "own torch), or over MCP call box_install(host=...)")
+                       f"own torch), or over MCP call box_install(hosts=[\"{host.given}\"]); several boxes: all in "
+                       "one call")
 
 
 def _endpoint_hint(host: Host) -> str | None:
@@ -284,7 +285,7 @@ def call_remote(host: Host, tool: str, arguments: dict[str, Any], progress: Prog
         box = resolve(host).identity
     except (OSError, ValueError, subprocess.TimeoutExpired) as err:
         raise RemoteError(host.given, "ssh_failed", f"ssh could not read its configuration for this host ({err})",
-                          "check ~/.ssh/config (or RGT_SSH_CONFIG) with `ssh -G HOST`") from None
+                          f"check ~/.ssh/config (or RGT_SSH_CONFIG) with `ssh -G {host.given}`") from None
     session = POOL.acquire(host)
     try:
         result = session.request(tool, arguments, box, timeout_s or default_timeout(), progress)

@@ -22,10 +22,10 @@ from pydantic import Field, model_validator
 from ..errors import InputError
 from ..models import EntryRef, StrictModel
 from ..processes.fingerprint import boot_id
-from ..processes.safekill import KillReport, printable, safe_kill
+from ..processes.safekill import KillReport, printable, safe_kill, target_table, whole_command
 from ..processes.snapshot import ZOMBIE, ProcessTable, read_start_ticks, snapshot
 from ..tables import format_table, gib
-from ..toolspec import Progress, ToolSpec
+from ..toolspec import Progress, ToolSpec, cli_host_args
 from . import start as starting
 from .gpu import GpuUse, default_backend, run_gpu_use
 from .hang import HangSummary, hang_summary
@@ -120,7 +120,7 @@ def run_start(args: RunStartInput, progress: Progress) -> RunStarted:
     if not argv[0]:
         raise InputError("argv", "the first word (the program) is empty")
     starting.check_env(env)
-    cwd = Path(os.path.expanduser(args.cwd or "~"))
+    cwd = Path(os.path.abspath(os.path.expanduser(args.cwd or "~")))  # relative: to the home the runtime starts in
     if not cwd.is_dir():
         raise InputError("cwd", f"{cwd} is not a directory on this box")
     gpus = sorted(set(args.gpus)) if args.gpus is not None else starting.gpus_from_env(env)
@@ -143,8 +143,10 @@ def run_start(args: RunStartInput, progress: Progress) -> RunStarted:
     meta = starting.wait_started(run)
     status = classify(run)
     progress(2, 3, f"run {run.run_id}: {status.state}")
-    step = (f"Watch it: run_status run_id={run.run_id} (or `rgt run status {run.run_id}`); stop it with run_stop."
-            if status.state not in ENDED else f"It already ended: run_status run_id={run.run_id} says why.")
+    status_cli = shlex.join(["rgt", "run", "status", run.run_id, *cli_host_args()])
+    step = (f"Watch it: run_status run_id={run.run_id} (or `{status_cli}`); stop it with run_stop."
+            if status.state not in ENDED else f"It already ended: run_status run_id={run.run_id} (or `{status_cli}`) "
+            "says why.")
     return RunStarted(run_id=run.run_id, state=status.state, detail=status.detail, pid=meta.get("pid"), argv=argv,
                       cwd=str(cwd), env_added=sorted(env), gpus=gpus, port=port,
                       checks=[CheckRow(check=k, result=v) for k, v in checks.items()], run_dir=str(run.path),
@@ -550,7 +552,8 @@ def run_stop(args: RunStopInput, progress: Progress) -> RunStopReport:
     if args.dry_run or not report.executed:
         if report.token_problems:
             run.file(STOP).unlink(missing_ok=True)
-        cli = f"rgt run stop {run.run_id} --no-dry-run --confirm-token {report.confirm_token}"
+        cli = shlex.join(["rgt", "run", "stop", run.run_id, *cli_host_args(), "--no-dry-run", "--confirm-token",
+                          str(report.confirm_token)])
         summary = (f"would stop {len(pids)} process(es): SIGTERM, {args.grace_s:g} s grace, then SIGKILL" if
                    args.dry_run else "nothing signalled: " + " ".join(report.token_problems))
         return RunStopReport(run_id=run.run_id, dry_run=args.dry_run, state=state, summary=summary, kill=report,
@@ -576,8 +579,7 @@ def run_stop(args: RunStopInput, progress: Progress) -> RunStopReport:
 def render_stop(report: RunStopReport) -> str:
     lines = [("DRY RUN (nothing signalled) " if report.dry_run else "") + f"run {report.run_id}: {report.summary}"]
     if report.kill:
-        rows = [[t.pid, t.name, t.action, t.refusal or t.outcome or "-", t.command[:70]] for t in report.kill.targets]
-        lines += ["", format_table(["pid", "name", "action", "outcome", "command"], rows)]
+        lines += ["", target_table(report.kill.targets)]
     if report.confirm_token and report.dry_run:
         lines.append(f"\nconfirm_token: {report.confirm_token}")
     lines.append(f"next: {report.next_step}")
@@ -626,16 +628,16 @@ def run_list(args: RunListInput, progress: Progress) -> RunList:
         meta = run.meta()
         rows.append(RunRow(run_id=run.run_id, name=meta.get("name"), state=status.state, detail=status.detail,
                            started_at=meta.get("started_at") or meta.get("created_at"), pid=meta.get("pid"),
-                           command=shlex.join(meta.get("argv", []))[:200]))
+                           command=whole_command(shlex.join(meta.get("argv", [])))))
     return RunList(runs_dir=str(runs_root()), runs=rows, total=len(runs))
 
 
 def render_list(result: RunList) -> str:
     if not result.runs:
         return f"no runs under {result.runs_dir}"
-    rows = [[r.run_id, r.state, _ago(r.started_at), r.pid or "-", r.command[:60]] for r in result.runs]
-    return format_table(["run_id", "state", "started", "pid", "command"], rows) + f"\n{result.total} run(s) in " \
-        f"{result.runs_dir}"
+    rows = [[r.run_id, r.state, _ago(r.started_at), r.pid or "-", r.command] for r in result.runs]
+    table = format_table(["run_id", "state", "started", "pid", "command"], rows, wrap=["command"])
+    return f"{table}\n{result.total} run(s) in {result.runs_dir}"
 
 
 # ================================================================== specs

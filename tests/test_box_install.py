@@ -1,0 +1,79 @@
+"""A fleet in one call: ``box_install(hosts=[...])`` / ``rgt box install h1 h2 …`` on loopback boxes (tests/sshbox.py):
+parallel installs, one progress line per box state change, a row per box, and pre-flight naming the one command
+that installs every box it found without the runtime."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from remote_gpu_trainer import cli
+from remote_gpu_trainer.fleet.tool import PreflightInput, render_preflight, run_fleet
+from remote_gpu_trainer.registry import all_specs
+
+from .conftest import call_ok
+
+SPECS = {spec.name: spec for spec in all_specs()}
+INSTALL = SPECS["box_install"]
+
+
+def test_a_fleet_installs_in_one_call_with_a_row_per_box(ssh_fleet):
+    for alias in ("inst-1", "inst-2"):
+        ssh_fleet.add(alias, scenario="healthy-8xh100")
+    ssh_fleet.add_closed("inst-dead")
+    hosts = ["inst-1", "inst-2", "box-a", "inst-dead"]
+    seen: list[tuple[float, float | None, str]] = []
+    report = INSTALL.call({"hosts": hosts}, lambda done, total=None, message="": seen.append((done, total, message)))
+    assert [r.host for r in report.hosts] == hosts
+    assert [r.outcome for r in report.hosts] == ["installed", "installed", "already", "failed"]
+    dead = report.hosts[3]
+    assert dead.error_kind == "connection_refused" and dead.next_step and "inst-dead" in dead.summary
+    assert report.state == "failed" and INSTALL.exit_code(report) == 1
+    assert "rgt box install inst-dead" in report.next_step  # the retry names only the failed box
+    # one progress display: a line per state change of a box, never the same line again
+    messages = [m for _, _, m in seen]
+    assert all(m.split(": ", 1)[0] in hosts for m in messages)
+    assert len(messages) == len(set(messages)) and len(messages) <= 6 * len(hosts)
+    assert [d for d, _, _ in seen] == sorted(d for d, _, _ in seen) and seen[-1][0] == seen[-1][1]
+    assert SPECS["gpu_health"].call({"host": "inst-2"}).host == "inst-2"  # the runtime works there
+    text = INSTALL.text(report)
+    assert "inst-dead" in text and "connection_refused" in text and "nothing accepts ssh connections" in text
+
+
+def test_rgt_box_install_takes_several_hosts(ssh_fleet, capsys):
+    assert cli.main(["box", "install", "box-a", "box-b"]) == 0
+    captured = capsys.readouterr()
+    table = captured.out
+    assert "2 box(es)" in table and "box-a" in table and "box-b" in table and "already" in table
+    assert captured.err.count("box-a: ") == 2  # checking, already installed: one line per change
+    assert cli.main(["box", "install", "--hosts", "box-a", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["hosts"][0]["outcome"] == "already"
+    assert cli.main(["box", "install"]) == 2
+    assert "give hosts" in capsys.readouterr().err
+    assert cli.main(["box", "install", "box-a", "--", "-oProxyCommand=x"]) == 2  # checked before ssh sees it
+    assert "hosts" in capsys.readouterr().err
+
+
+@pytest.mark.anyio
+async def test_over_mcp_box_install_takes_a_list_and_still_one_host(ssh_fleet, client):
+    several = await call_ok(client, "box_install", {"hosts": ["box-a", "box-b"]})
+    assert [r["host"] for r in several["hosts"]] == ["box-a", "box-b"] and several["state"] == "ready"
+    one = await call_ok(client, "box_install", {"host": "box-b"})
+    assert one["hosts"][0]["outcome"] == "already"
+
+
+def test_preflight_gives_the_one_command_for_every_box_without_the_runtime(ssh_fleet):
+    for alias in ("pf-bare-1", "pf-bare-2"):
+        ssh_fleet.add(alias, scenario="healthy-8xh100")
+    seen: list[str] = []
+    result = run_fleet(PreflightInput(hosts=["box-a", "pf-bare-1", "pf-bare-2"], timeout_s=60, wait_s=None),
+                       lambda done, total=None, message="": seen.append(message))
+    command = "rgt box install pf-bare-1 pf-bare-2"
+    mcp = 'box_install(hosts=["pf-bare-1", "pf-bare-2"])'
+    bare = [row for row in result.hosts if row.host.startswith("pf-bare")]
+    assert all(row.error.kind == "runtime_missing" and command in row.error.next_step for row in bare)
+    assert any(command in note and mcp in note for note in result.notes)  # structured content
+    assert command in render_preflight(result) and mcp in render_preflight(result)  # and the text
+    assert not any(m.endswith(": ok") for m in seen)  # no "ok" before the verdict
+    assert "box-a: facts read" in seen
