@@ -8,8 +8,7 @@ one through ``.grad.data``), or fp32 state after ``model.to(bfloat16)``, breaks 
 
 from __future__ import annotations
 
-from ..models import EntryRef
-from .base import Case, Expect, Observed, Variant
+from .base import Case, CatalogRef, Expect, Observed, Variant
 
 EXPECT = Expect(("RuntimeError",), r"expected dtype \w+ for `end` but got dtype")
 
@@ -28,7 +27,7 @@ CASE = Case(
     title="expected dtype float for `end` but got dtype c10::BFloat16",
     why="Adam/AdamW state (exp_avg) has the param's dtype; lerp_ with a grad of another dtype fails. "
         "The grad and the optimizer state must share one dtype.",
-    entry=EntryRef(file="references/training/precision-stability.md", id="AMP-03"),
+    entry=CatalogRef(file="references/training/precision-stability.md", id="AMP-03"),
     variants=(
         Variant(
             name="lowprec_grads",

@@ -156,7 +156,7 @@ class StallWatch:
 
 
 def _start_child(run: RunDir, meta: dict[str, Any]) -> subprocess.Popen[bytes] | str:
-    env = {**os.environ, **meta.get("env_added", {})}
+    env = {**os.environ, **meta.get("activation", {}), **meta.get("env_added", {})}
     fd = os.open(run.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         return subprocess.Popen(meta["argv"], cwd=meta.get("cwd"), env=env, stdin=subprocess.DEVNULL, stdout=fd,

@@ -26,6 +26,7 @@ from ..processes.safekill import KillReport, printable, safe_kill
 from ..processes.snapshot import ZOMBIE, ProcessTable, read_start_ticks, snapshot
 from ..tables import format_table, gib
 from ..toolspec import Progress, ToolSpec
+from ..trainenv.find import ActivateText, PythonPath, TrainingEnv, activate_field
 from . import start as starting
 from .gpu import GpuUse, run_gpu_use
 from .ledger import EXIT, RUN_ID_PATTERN, STOP, SUPERVISOR, RunDir, list_runs, run_dir, write_json
@@ -73,6 +74,12 @@ class RunStartInput(StrictModel):
     skip_checks: list[Check] = Field(default_factory=list, description="Quick checks not to run: port, gpus, disk")
     min_free_disk_gib: float = Field(1.0, ge=0, le=100000, description="Free space needed on cwd and the runs "
                                      "directory")
+    python: PythonPath = Field(None, min_length=1, max_length=4096, description=(
+        "The training environment's interpreter (absolute or ~ path): its bin/ goes first on the run's PATH, so "
+        "python, torchrun, accelerate resolve there (VIRTUAL_ENV/CONDA_PREFIX set). Default on a box: found "
+        "(argv's interpreter or launch script, the login shell's PATH, ~/venvs/*, conda envs), since a non-"
+        "interactive ssh session's PATH is not the user's; run locally: this shell's PATH, unchanged"))
+    activate: ActivateText = activate_field()
 
     @model_validator(mode="after")
     def _one_command(self) -> RunStartInput:
@@ -100,6 +107,9 @@ class RunStarted(StrictModel):
     run_dir: str
     log: str
     next_step: str
+    training_env: TrainingEnv | None = Field(None, description="The environment the run was started in (its "
+                                             "activation is on the run's PATH), how it was found; None: this "
+                                             "shell's environment, unchanged")
 
 
 def run_start(args: RunStartInput, progress: Progress) -> RunStarted:
@@ -115,6 +125,7 @@ def run_start(args: RunStartInput, progress: Progress) -> RunStarted:
     cwd = Path(os.path.expanduser(args.cwd or "~"))
     if not cwd.is_dir():
         raise InputError("cwd", f"{cwd} is not a directory on this box")
+    training = starting.training_env(args.python, args.activate, argv, cwd)
     gpus = sorted(set(args.gpus)) if args.gpus is not None else starting.gpus_from_env(env)
     port = args.port if args.port is not None else starting.rendezvous_port(argv, env)
     progress(0, 3, "quick checks")
@@ -129,7 +140,8 @@ def run_start(args: RunStartInput, progress: Progress) -> RunStarted:
         checks["disk"] = starting.check_disk([cwd, root], args.min_free_disk_gib)
     progress(1, 3, "starting the supervisor")
     run = starting.create_run(argv=argv, cwd=cwd, env_added=env, name=args.name, notify=args.notify, gpus=gpus,
-                              port=port, stall_after_s=args.stall_after_s, checks=checks)
+                              port=port, stall_after_s=args.stall_after_s, checks=checks,
+                              activation=training.activation if training else {})
     starting.launch_supervisor(run)
     meta = starting.wait_started(run)
     status = classify(run)
@@ -139,13 +151,15 @@ def run_start(args: RunStartInput, progress: Progress) -> RunStarted:
     return RunStarted(run_id=run.run_id, state=status.state, detail=status.detail, pid=meta.get("pid"), argv=argv,
                       cwd=str(cwd), env_added=sorted(env), gpus=gpus, port=port,
                       checks=[CheckRow(check=k, result=v) for k, v in checks.items()], run_dir=str(run.path),
-                      log=str(run.log), next_step=step)
+                      log=str(run.log), next_step=step, training_env=training)
 
 
 def render_started(result: RunStarted) -> str:
     lines = [f"run {result.run_id}: {result.state}" + (f" ({result.detail})" if result.detail else ""),
              f"pid {result.pid} · cwd {result.cwd} · log {result.log}",
              f"command: {shlex.join(result.argv)}"]
+    if result.training_env is not None:
+        lines.append(f"environment: {result.training_env.brief()}")
     lines += [f"check {c.check}: {c.result}" for c in result.checks]
     lines.append(f"next: {result.next_step}")
     return "\n".join(lines)
