@@ -103,8 +103,8 @@ def _imported_names(module: str, nodes) -> list[str]:
 
 def _is_type_checking(node: ast.AST) -> bool:
     test = getattr(node, "test", None)
-    return isinstance(node, ast.If) and (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING"
-                                         or isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    return isinstance(node, ast.If) and ((isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+                                         or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
 
 
 def _runtime_nodes(tree: ast.AST):
