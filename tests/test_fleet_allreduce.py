@@ -17,7 +17,7 @@ from remote_gpu_trainer.models import Verdict
 from remote_gpu_trainer.processes.ports import suggest_free_port
 
 pytestmark = pytest.mark.slow
-WORKER = "remote_gpu_trainer.fleet.allreduce"
+WORKER = "remote_gpu_trainer.fleet.rank"
 
 
 def local_node(host: str, arguments: dict) -> NodeResult:

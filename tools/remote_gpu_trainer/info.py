@@ -18,6 +18,7 @@ from pydantic import Field
 
 from . import __version__
 from .health.checks import Check
+from .health.tool import launch_cuda_visible
 from .hostinfo import in_container
 from .models import StrictModel
 from .nvml_session import nvml_status
@@ -103,11 +104,13 @@ def skill_info(args: SkillInfoInput, progress: Progress) -> SkillInfo:
     training = find_training_env(args.python, args.activate, mode="names" if args.probe_torch else "find",
                                  timeout_s=args.timeout_s)
     visible = None
-    if nvml.ok and nvml.device_count:
-        from .health.tool import launch_cuda_visible
+    setting = launch_cuda_visible()
+    if setting is not None:  # only then are the GPUs' count and UUIDs worth a health probe
+        from .health.tool import HealthInput, probe_gpus
         from .trainenv.launch import cuda_visible_check
 
-        visible = cuda_visible_check(launch_cuda_visible(), nvml.device_count, None)
+        gpus = probe_gpus(HealthInput(timeout_s=min(args.timeout_s, 30.0)), progress)
+        visible = cuda_visible_check(setting, gpus.gpus_found, [g.uuid for g in gpus.gpus])
     return SkillInfo(
         version=__version__,
         runtime=runtime_version(),

@@ -420,10 +420,13 @@ def render_preflight(result: PreflightResult) -> str:
                                     "NCCL_SOCKET_IFNAME", "to head"], rows)]
         found = [(row.host, [c for c in row.checks if c.verdict in (Verdict.FAIL, Verdict.WARN, Verdict.UNKNOWN)])
                  for row in result.hosts]
+        across = {c.name for c in result.fleet_checks}
         if any(checks for _, checks in found):
             lines += ["", "findings per host (FAIL, WARN, CANNOT CHECK; every one, in full):"]
             for host, checks in found:
-                lines += [f"  {host}:", *(line for c in checks for line in _finding_lines(c))] if checks else []
+                lines += [f"  {host}:", *(line for c in checks for line in (
+                    [f"  {c.verdict.value:<5} {c.name}: this host differs (across hosts, below)"] if c.name in across
+                    else _finding_lines(c)))] if checks else []
     findings = [line for c in result.fleet_checks if c.verdict in (Verdict.FAIL, Verdict.WARN)
                 for line in _finding_lines(c, indent=8)]
     lines += ["", "across hosts:", *findings] if findings else []

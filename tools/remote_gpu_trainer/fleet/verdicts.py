@@ -100,7 +100,7 @@ def torch_check(env: TrainingEnv) -> Check:
     """The training stack on one host. Nothing with torch found anywhere is "cannot check" (UNKNOWN: the job may
     use a python we did not look at), not a failure; a torch that fails to import, or a torch.distributed that
     does, in the interpreter the job uses is a FAIL."""
-    where = f"{tilde(env.python) if env.python else 'no python'} ({env.found_by})"
+    where = f"{env.display or env.python or 'no python'} ({env.found_by})"
     threshold = "torch and torch.distributed import in the training python"
     if env.python is None or (env.torch is None and env.source not in ("python", "activate")):
         searched = ", ".join(tilde(c.python) for c in env.candidates) or "nothing"
