@@ -149,40 +149,43 @@ def _imports(module: str) -> tuple[set[str], set[str]]:
     return ours, third
 
 
-@cache
-def box_side_modules() -> tuple[str, ...]:
-    """Every module of ours the box can execute, sorted (see the module docstring)."""
+def _reachable(entries: tuple[str, ...], stop: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """Our modules that ``entries`` import, transitively (``stop`` not followed), sorted."""
     seen: set[str] = set()
-    todo = list(ENTRY_POINTS)
+    todo = list(entries)
     while todo:
         module = todo.pop()
-        if module in seen or module in LOCAL_ONLY:
+        if module in seen or module in stop:
             continue
         seen.add(module)
         todo.extend(_imports(module)[0] - seen)
     return tuple(sorted(seen))
 
 
+def _third_party(modules: tuple[str, ...]) -> dict[str, list[str]]:
+    """Third-party top-level name → the ``modules`` that import it (anywhere in the module)."""
+    found: dict[str, list[str]] = {}
+    for module in modules:
+        for name in _imports(module)[1]:
+            found.setdefault(name, []).append(module)
+    return found
+
+
+@cache
+def box_side_modules() -> tuple[str, ...]:
+    """Every module of ours the box can execute, sorted (see the module docstring)."""
+    return _reachable(ENTRY_POINTS, LOCAL_ONLY)
+
+
 @cache
 def torch_side_modules() -> tuple[str, ...]:
     """Every module of ours the training interpreter imports, from ``TORCH_ENTRY_POINTS``, sorted."""
-    seen: set[str] = set()
-    todo = list(TORCH_ENTRY_POINTS)
-    while todo:
-        module = todo.pop()
-        if module not in seen:
-            seen.add(module)
-            todo.extend(_imports(module)[0] - seen)
-    return tuple(sorted(seen))
+    return _reachable(TORCH_ENTRY_POINTS)
 
 
 def torch_side_third_party_imports() -> dict[str, list[str]]:
     """Third-party top-level name → the torch-side modules that import it (anywhere in the module)."""
-    found: dict[str, list[str]] = {}
-    for module in torch_side_modules():
-        for name in _imports(module)[1]:
-            found.setdefault(name, []).append(module)
-    return found
+    return _third_party(torch_side_modules())
 
 
 def _top_level_statements(body: list[ast.stmt]):
@@ -204,11 +207,7 @@ def training_side_modules() -> tuple[str, ...]:
 
 def box_third_party_imports() -> dict[str, list[str]]:
     """Third-party top-level name → the box-side modules that import it (anywhere in the module)."""
-    found: dict[str, list[str]] = {}
-    for module in box_side_modules():
-        for name in _imports(module)[1]:
-            found.setdefault(name, []).append(module)
-    return found
+    return _third_party(box_side_modules())
 
 
 def _import_names(distribution: str) -> set[str]:

@@ -16,10 +16,10 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import signal
-import subprocess
 import time
 from dataclasses import dataclass
+
+from .bounded import run_bounded
 
 MARKER = "\0RGT-ENV\0"
 _DUMP = 'printf "\\000RGT-ENV\\000"; env -0'
@@ -56,24 +56,17 @@ def login_shell() -> list[str]:
 def _run(argv: list[str], timeout_s: float, how: str, environ: dict[str, str] | None = None) -> ShellRead:
     started = time.monotonic()
     try:
-        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 env=environ, cwd=os.path.expanduser("~"), start_new_session=True)
+        done = run_bounded(argv, timeout_s, environ, os.path.expanduser("~"))
     except OSError as err:
         return ShellRead(None, how, f"{argv[0]} does not start: {err.strerror or err}")
-    try:
-        out, err = child.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(child.pid, signal.SIGKILL)
-        except OSError:
-            child.kill()
-        child.communicate()
-        return ShellRead(None, how, f"the shell's start-up files did not finish in {timeout_s:g} s (something in "
-                         "them waits: a prompt, a network call)", round(time.monotonic() - started, 3))
     seconds = round(time.monotonic() - started, 3)
+    if done.returncode is None:
+        return ShellRead(None, how, f"the shell's start-up files did not finish in {timeout_s:g} s (something in "
+                         "them waits: a prompt, a network call)", seconds)
+    out, err = done.out, done.err
     text = out.decode("utf-8", "replace")
     if MARKER not in text:
-        last = (err.decode("utf-8", "replace").strip().splitlines() or [f"exit status {child.returncode}"])[-1]
+        last = (err.decode("utf-8", "replace").strip().splitlines() or [f"exit status {done.returncode}"])[-1]
         return ShellRead(None, how, "the start-up files never reached our command (an `exec` or `exit` in them?): "
                          f"{last[:300]}", seconds)
     env = {}

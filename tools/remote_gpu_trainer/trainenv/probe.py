@@ -14,10 +14,10 @@ its version; ``names`` adds each GPU's name (it creates a CUDA context).
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 from dataclasses import dataclass, field
+
+from .bounded import run_bounded
 
 PREFIX = "RGT-PROBE "
 
@@ -114,28 +114,19 @@ def run_probe(python: str, environ: dict[str, str] | None = None, mode: str = "f
     failures: they are in the reading."""
     reading = Reading()
     try:
-        child = subprocess.Popen([python, "-c", PROBE_SCRIPT, mode], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, env=environ, cwd="/", start_new_session=True)
+        done = run_bounded([python, "-c", PROBE_SCRIPT, mode], timeout_s, environ, "/")
     except OSError as err:
         reading.stopped = f"{python} does not start: {err.strerror or err}"
         return reading
-    try:
-        out, err = child.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(child.pid, signal.SIGKILL)
-        except OSError:
-            child.kill()
-        out, err = child.communicate()
-        reading.stopped = f"{STEP_WORDS.get(next_step(_parse(out, reading), mode) or '', 'the probe')} did not " \
-                          f"finish in {timeout_s:g} s"
-        return reading
-    _parse(out, reading)
-    if child.returncode != 0:
-        last = (err.strip().splitlines() or [f"exit status {child.returncode}"])[-1][:400]
+    _parse(done.out.decode("utf-8", "replace"), reading)
+    if done.returncode is None:
+        reading.stopped = f"{STEP_WORDS.get(next_step(reading, mode) or '', 'the probe')} did not finish in " \
+                          f"{timeout_s:g} s"
+    elif done.returncode != 0:
+        last = (done.err.decode("utf-8", "replace").strip().splitlines() or [f"exit status {done.returncode}"])
         where = next_step(reading, mode)
         if where:  # died inside a step (a segfault in a CUDA query, an interpreter too old to run the script)
-            reading.stopped = f"{STEP_WORDS[where]} ended the probe ({_status(child.returncode)}): {last}"
+            reading.stopped = f"{STEP_WORDS[where]} ended the probe ({_status(done.returncode)}): {last[-1][:400]}"
     return reading
 
 
