@@ -148,8 +148,11 @@ SPECS = [
         title="Skill info and available backends",
         description=(
             "Report the skill version and which optional backends work on this machine: NVML (GPU "
-            "health, VRAM holders), torch and CUDA (AMP reproductions, measured memory). Call it first "
-            "on a new machine to learn which checks will be real here."
+            "health, VRAM holders), torch and CUDA (AMP reproductions, measured memory). torch is the training "
+            "environment's: python= or activate= as given, else found (launch script, login shell's PATH, "
+            "~/venvs/*, conda, system python); training_env names the interpreter, how it was found and every "
+            "candidate. Also says when the launch environment's CUDA_VISIBLE_DEVICES hides GPUs NVML sees. Call "
+            "it first on a new machine to learn which checks will be real here."
         ),
         input_model=SkillInfoInput,
         output_model=SkillInfo,

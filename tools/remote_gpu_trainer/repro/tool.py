@@ -236,8 +236,9 @@ SPECS = [
             "cuda_only), double_unscale, fp16_overflow (NaN loss / skipped steps / scale collapse), "
             "fsdp_ddp_double_wrap (2 gloo ranks), or all. Use it to show a user their error is the known one and "
             "that the fix works on their torch. Read-only: it runs toy models only, never the user's code. "
-            "Needs torch: without it every case is not_run, verdict SKIP, and torch_missing says how to add it "
-            "(CLI exit 4)."
+            "Runs in the training environment: python= or activate= as given, else found (training_env says "
+            "which). Needs torch there: without it every case is not_run, verdict SKIP, and torch_missing says "
+            "which interpreters were looked at and what to pass (CLI exit 4)."
         ),
         input_model=ReproInput,
         output_model=ReproReport,

@@ -641,7 +641,10 @@ SPECS = [
             "exiting: own session and process group, stdin from /dev/null, output to a log, watched by a small "
             "supervisor that records argv, cwd, env added, pid, boot id, git commit and at the end the exit "
             "status or signal, OOM evidence, and runs your notify command on end/failure/OOM/stall. Give argv "
-            "(a list) or command (the line render_launch printed; never run through a shell). Quick checks "
+            "(a list) or command (the line render_launch printed; never run through a shell). It runs in the "
+            "training environment: python= or activate= as given, else on a box the one found (the command's own "
+            "interpreter or launch script, the login shell's PATH, ~/venvs/*, conda), its bin/ first on PATH, "
+            "named in training_env. Quick checks "
             "first: the rendezvous port is free, no other process or run of ours holds VRAM on its GPUs "
             "(allow_shared_gpus overrides), enough free disk. Returns run_id for run_status/run_logs/run_stop. "
             "It starts a job that uses (and bills) the GPUs."),
