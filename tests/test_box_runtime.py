@@ -94,6 +94,20 @@ def test_the_torch_side_imports_only_the_standard_library_and_the_training_stack
     assert stray == {}, f"torch-side code imports what a training environment does not have: {stray}"
 
 
+def test_the_torch_side_parses_on_the_oldest_python_torch_supports():
+    """The training interpreter may be older than ours: as old as torch's Requires-Python (>=3.10 for 2.13)."""
+    import ast
+    import re
+    from importlib import metadata
+
+    from .box_imports import _source
+
+    oldest = re.fullmatch(r">=\s*3\.(\d+)", metadata.metadata("torch")["Requires-Python"].strip())
+    assert oldest, metadata.metadata("torch")["Requires-Python"]
+    for module in torch_side_modules():
+        ast.parse(_source(module).read_text(), feature_version=(3, int(oldest.group(1))))
+
+
 def test_every_torch_side_module_imports_with_torch_alone():
     assert _import_in_runtime_only(list(torch_side_modules()), allowed=training_stack_imports()) == {}
     blocked = _import_in_runtime_only([f"{PACKAGE}.models"], ["pydantic"], allowed=training_stack_imports())
