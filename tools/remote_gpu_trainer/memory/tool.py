@@ -664,7 +664,8 @@ def render(out: MemoryOutput) -> str:
                      f"(headroom {gib(out.headroom_bytes)}){more}")
     if out.measured:
         m = out.measured
-        parts.append(f"measured ({m.seconds:.0f} s, fake tensors): peak {gib(m.peak_bytes)}; analytic "
+        where = f" with {out.training_env.brief()}" if out.training_env else ""
+        parts.append(f"measured ({m.seconds:.0f} s, fake tensors{where}): peak {gib(m.peak_bytes)}; analytic "
                      f"{gib(m.analytic_peak_bytes)}; analytic/measured {m.ratio:.3f}")
     if out.measured_skipped:
         parts.append(f"measure: not run — {out.measured_skipped}")
