@@ -217,7 +217,7 @@ def test_nccl_socket_ifname_is_matched_as_nccl_does(spec, matched):
 
 
 def _env(**values: str) -> LaunchEnv:
-    return LaunchEnv(read_by="test", settings=[Setting(name=k, value=v, source="login shell (bash -l -i)",
+    return LaunchEnv(read_by="test", settings=[Setting(name=k, value=v, source="login shell: bash -l -i",
                                                        interactive_only=True) for k, v in values.items()],
                      nccl_conf_files=[])
 

@@ -418,15 +418,16 @@ def render_preflight(result: PreflightResult) -> str:
                          row.nccl_socket_ifname or "(unset)" if f else "-", row.route_iface or "-"])
         lines += ["", format_table(["host", "verdict", "gpus", "model", "driver", "torch", "nccl", "python",
                                     "NCCL_SOCKET_IFNAME", "to head"], rows)]
-        found = [(row.host, [c for c in row.checks if c.verdict in (Verdict.FAIL, Verdict.WARN, Verdict.UNKNOWN)])
+        order = {Verdict.FAIL: 0, Verdict.UNKNOWN: 1, Verdict.WARN: 2}  # the fault first, then what was not checked
+        found = [(row.host, sorted((c for c in row.checks if c.verdict in order), key=lambda c: order[c.verdict]))
                  for row in result.hosts]
         across = {c.name for c in result.fleet_checks}
         if any(checks for _, checks in found):
             lines += ["", "findings per host (FAIL, WARN, CANNOT CHECK; every one, in full):"]
             for host, checks in found:
                 lines += [f"  {host}:", *(line for c in checks for line in (
-                    [f"  {c.verdict.value:<5} {c.name}: this host differs (across hosts, below)"] if c.name in across
-                    else _finding_lines(c)))] if checks else []
+                    [f"    {c.verdict.value:<5} {c.name}: this host differs (across hosts, below)"] if c.name in across
+                    else _finding_lines(c, indent=10)))] if checks else []
     findings = [line for c in result.fleet_checks if c.verdict in (Verdict.FAIL, Verdict.WARN)
                 for line in _finding_lines(c, indent=8)]
     lines += ["", "across hosts:", *findings] if findings else []

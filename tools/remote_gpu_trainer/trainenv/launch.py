@@ -114,7 +114,7 @@ def read_launch_env(login: ShellRead, script: LaunchScript | None = None) -> Lau
         if relevant(name):
             mine = session.get(name) == value
             settings[name] = Setting(name=name, value=value, interactive_only=not mine,
-                                     source="ssh session" if mine else f"login shell ({login.how})")
+                                     source="ssh session" if mine else f"login shell: {login.how}")
     if script is not None:
         for name, line in script.exports.items():
             if relevant(name):
