@@ -297,3 +297,31 @@ NCCL_DEBUG=INFO nohup torchrun --nnodes=2 --nproc-per-node=8 \\
     endpoint = read_launch_script(str(accelerate)).endpoint
     assert endpoint.master_port == 1234 and endpoint.unresolved == ["$HEAD"]
     assert read_launch_script(str(tmp_path / "missing.sh")).error.startswith("cannot read")
+
+
+# --- on a real GPU (the `gpu` marker: skipped where NVML sees none) ----------------------------------------------
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_probe_reads_cuda_nccl_and_names():
+    env = find_training_env(mode="names")
+    assert env.has_torch and env.cuda_available and env.cuda_devices >= 1, env.errors
+    assert env.torch_cuda and env.nccl and env.nccl.count(".") == 2 and len(env.gpu_names) == env.cuda_devices
+    assert env.distributed and env.nccl_backend and not env.errors
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_our_reading_of_cuda_visible_devices_matches_what_torch_sees():
+    """The parser is held to CUDA itself: for each value, torch in a child sees as many devices as we say."""
+    from remote_gpu_trainer.health.tool import HealthInput, probe_gpus
+
+    report = probe_gpus(HealthInput(), lambda *a, **k: None)
+    uuids = [g.uuid for g in report.gpus]
+    count = report.gpus_found
+    values = ["0", f"{count}", f"0,{count}", uuids[0][:12], f"{uuids[-1]},0", "", "-1"]
+    for value in values:
+        shown, _ = visible_devices(value, count, uuids)
+        seen = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
+                              env={**os.environ, "CUDA_VISIBLE_DEVICES": value}, capture_output=True, text=True,
+                              timeout=120)
+        assert int(seen.stdout.strip()) == len(shown), (value, shown, seen.stdout, seen.stderr[-500:])
