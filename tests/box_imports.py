@@ -23,6 +23,11 @@ needs the MCP SDK.
 Some box-side modules import torch at module level on purpose (``repro/toy.py``, ``memory/torch_models.py``):
 they run only inside a child process of the training environment. :func:`training_side_modules` names them
 from their top-level statements.
+
+The torch side: the modules the *training* interpreter runs (``TORCH_ENTRY_POINTS``, started by
+trainenv/child.py with a path that holds our package and nothing else) and everything they import. That
+interpreter has torch and the standard library, not the runtime's packages (pydantic, psutil), and may be another
+Python version, so :func:`torch_side_modules` must import nothing but the standard library and the training stack.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ LOCAL_ONLY = frozenset({f"{PACKAGE}.server"})
 #: The user's training stack: the box's own environment, never installed by ``rgt box install``; our code
 #: imports these only inside functions and reports them missing.
 TRAINING_STACK = frozenset({"torch", "accelerate", "transformers", "deepspeed", "numpy"})
+#: Our modules the training interpreter runs as ``python -m`` (repro worker, measured memory, all-reduce ranks).
+TORCH_ENTRY_POINTS = (f"{PACKAGE}.repro.worker", f"{PACKAGE}.memory.measured", f"{PACKAGE}.fleet.rank")
 _MODULE_STRING = re.compile(rf"^{PACKAGE}(\.[a-z_][a-z0-9_]*)+$")
 
 
@@ -94,6 +101,24 @@ def _imported_names(module: str, nodes) -> list[str]:
     return names
 
 
+def _is_type_checking(node: ast.AST) -> bool:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and ((isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+                                         or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
+
+
+def _runtime_nodes(tree: ast.AST):
+    """Every node that can run: ``if TYPE_CHECKING:`` bodies are for type checkers only (their ``else`` runs)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        if _is_type_checking(node):
+            todo.extend(node.orelse)  # type: ignore[attr-defined]
+        else:
+            todo.extend(ast.iter_child_nodes(node))
+
+
 def _by_name(module: str) -> list[str]:
     """Our modules named as strings: ``"remote_gpu_trainer.x.y"`` (for ``-m``), and, in a module that calls
     ``import_module``, a bare string naming a sibling module (``import_module(f"{__package__}.{name}")``)."""
@@ -113,7 +138,7 @@ def _imports(module: str) -> tuple[set[str], set[str]]:
     """(our modules, third-party top-level names) that ``module`` imports anywhere, or names as a string."""
     ours: set[str] = set()
     third: set[str] = set()
-    for name in _imported_names(module, ast.walk(_tree(module))) + _by_name(module):
+    for name in _imported_names(module, _runtime_nodes(_tree(module))) + _by_name(module):
         top = name.split(".")[0]
         if top == PACKAGE:
             # a parent package is imported first: `from .a.b import c` runs a/__init__.py and a/b.py
@@ -124,18 +149,43 @@ def _imports(module: str) -> tuple[set[str], set[str]]:
     return ours, third
 
 
-@cache
-def box_side_modules() -> tuple[str, ...]:
-    """Every module of ours the box can execute, sorted (see the module docstring)."""
+def _reachable(entries: tuple[str, ...], stop: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """Our modules that ``entries`` import, transitively (``stop`` not followed), sorted."""
     seen: set[str] = set()
-    todo = list(ENTRY_POINTS)
+    todo = list(entries)
     while todo:
         module = todo.pop()
-        if module in seen or module in LOCAL_ONLY:
+        if module in seen or module in stop:
             continue
         seen.add(module)
         todo.extend(_imports(module)[0] - seen)
     return tuple(sorted(seen))
+
+
+def _third_party(modules: tuple[str, ...]) -> dict[str, list[str]]:
+    """Third-party top-level name → the ``modules`` that import it (anywhere in the module)."""
+    found: dict[str, list[str]] = {}
+    for module in modules:
+        for name in _imports(module)[1]:
+            found.setdefault(name, []).append(module)
+    return found
+
+
+@cache
+def box_side_modules() -> tuple[str, ...]:
+    """Every module of ours the box can execute, sorted (see the module docstring)."""
+    return _reachable(ENTRY_POINTS, LOCAL_ONLY)
+
+
+@cache
+def torch_side_modules() -> tuple[str, ...]:
+    """Every module of ours the training interpreter imports, from ``TORCH_ENTRY_POINTS``, sorted."""
+    return _reachable(TORCH_ENTRY_POINTS)
+
+
+def torch_side_third_party_imports() -> dict[str, list[str]]:
+    """Third-party top-level name → the torch-side modules that import it (anywhere in the module)."""
+    return _third_party(torch_side_modules())
 
 
 def _top_level_statements(body: list[ast.stmt]):
@@ -157,11 +207,7 @@ def training_side_modules() -> tuple[str, ...]:
 
 def box_third_party_imports() -> dict[str, list[str]]:
     """Third-party top-level name → the box-side modules that import it (anywhere in the module)."""
-    found: dict[str, list[str]] = {}
-    for module in box_side_modules():
-        for name in _imports(module)[1]:
-            found.setdefault(name, []).append(module)
-    return found
+    return _third_party(box_side_modules())
 
 
 def _import_names(distribution: str) -> set[str]:
@@ -193,6 +239,11 @@ def box_installed_imports() -> set[str]:
     from remote_gpu_trainer.remote.runtime import box_requirements
 
     return {name for dist in requirement_closure(*box_requirements()) for name in _import_names(dist)}
+
+
+def training_stack_imports() -> set[str]:
+    """Top-level names the user's training environment has in these tests: torch, numpy and what they require."""
+    return {name for dist in requirement_closure("torch", "numpy") for name in _import_names(dist)}
 
 
 def import_check_script(modules: list[str], names: list[str] = ()) -> str:

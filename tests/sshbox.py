@@ -77,8 +77,6 @@ from functools import cache
 from importlib import metadata
 from pathlib import Path
 
-import pytest
-
 from .box_imports import requirement_closure
 
 #: The only .pth file the test boxes have: in the user's training venv (``~/venvs/pt``), pointing at the torch
@@ -93,13 +91,6 @@ print(json.dumps({{"version": list(sys.version_info[:2]), "in_venv": sys.prefix 
     "venv": all(importlib.util.find_spec(m) for m in ("venv", "ensurepip")), "platform": sysconfig.get_platform(),
     "sees": [m for m in {list(_NOT_ON_A_FRESH_BOX)!r} if importlib.util.find_spec(m)]}}))
 """
-
-
-needs_torch_in_runtime = pytest.mark.xfail(strict=True, reason=(
-    "needs torch in the python the box runtime runs tools with; a clean box's runtime has none, the user's torch "
-    "is in box.train_python, which tools cannot be given yet (issue 25 item 2: python=)"))
-"""For a remote test that needs torch where the tool runs it. Strict: once tools take or find the user's training
-environment, such a test passes, and the mark must go (or the test pass ``python=box.train_python``)."""
 
 
 def have_asyncssh() -> bool:

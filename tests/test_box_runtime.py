@@ -17,12 +17,16 @@ import pytest
 
 from .box_imports import (
     PACKAGE,
+    TORCH_ENTRY_POINTS,
     TRAINING_STACK,
     box_installed_imports,
     box_side_modules,
     box_third_party_imports,
     import_check_script,
+    torch_side_modules,
+    torch_side_third_party_imports,
     training_side_modules,
+    training_stack_imports,
 )
 
 # Prepended to an import check: any import outside the standard library, our package and the names in
@@ -43,9 +47,11 @@ sys.meta_path.insert(0, _NotInTheRuntime())
 """
 
 
-def _import_in_runtime_only(modules: list[str], names: list[str] = ()) -> dict[str, str]:
-    """What fails to import in this interpreter limited to what a box runtime installs."""
-    env = {**os.environ, "RGT_TEST_ALLOWED_IMPORTS": ",".join(sorted(box_installed_imports()))}
+def _import_in_runtime_only(modules: list[str], names: list[str] = (), allowed: set[str] | None = None
+                            ) -> dict[str, str]:
+    """What fails to import in this interpreter limited to what a box runtime installs (or to ``allowed``)."""
+    allowed = box_installed_imports() if allowed is None else allowed
+    env = {**os.environ, "RGT_TEST_ALLOWED_IMPORTS": ",".join(sorted(allowed))}
     done = subprocess.run([sys.executable, "-c", ONLY_RUNTIME_IMPORTS + import_check_script(modules, names)],
                           capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -77,6 +83,35 @@ def test_box_side_code_imports_only_the_runtime_and_the_training_stack():
     allowed = box_installed_imports() | TRAINING_STACK
     stray = {name: modules for name, modules in box_third_party_imports().items() if name not in allowed}
     assert stray == {}, f"box-side code imports what `rgt box install` does not install: {stray}"
+
+
+def test_the_torch_side_imports_only_the_standard_library_and_the_training_stack():
+    """The training interpreter runs these with our package and nothing else on its path (trainenv/child.py): the
+    runtime's pydantic or psutil are not there, and may be built for another Python."""
+    assert set(TORCH_ENTRY_POINTS) <= set(torch_side_modules())
+    assert f"{PACKAGE}.repro.fp16_unscale" in torch_side_modules()  # loaded by name: the walk follows it
+    stray = {name: modules for name, modules in torch_side_third_party_imports().items() if name not in TRAINING_STACK}
+    assert stray == {}, f"torch-side code imports what a training environment does not have: {stray}"
+
+
+def test_the_torch_side_parses_on_the_oldest_python_torch_supports():
+    """The training interpreter may be older than ours: as old as torch's Requires-Python (>=3.10 for 2.13)."""
+    import ast
+    import re
+    from importlib import metadata
+
+    from .box_imports import _source
+
+    oldest = re.fullmatch(r">=\s*3\.(\d+)", metadata.metadata("torch")["Requires-Python"].strip())
+    assert oldest, metadata.metadata("torch")["Requires-Python"]
+    for module in torch_side_modules():
+        ast.parse(_source(module).read_text(), feature_version=(3, int(oldest.group(1))))
+
+
+def test_every_torch_side_module_imports_with_torch_alone():
+    assert _import_in_runtime_only(list(torch_side_modules()), allowed=training_stack_imports()) == {}
+    blocked = _import_in_runtime_only([f"{PACKAGE}.models"], ["pydantic"], allowed=training_stack_imports())
+    assert set(blocked) == {f"{PACKAGE}.models", "pydantic"}  # the blocker does block the runtime's packages
 
 
 @pytest.mark.slow

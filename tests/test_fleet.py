@@ -156,7 +156,35 @@ def test_a_busy_head_port_fails_on_the_head_and_leaves_workers_unjudged():
     rows = {r.host: {c.name: c for c in r.checks} for r in result.hosts}
     assert rows["head"]["head_port"].verdict is Verdict.FAIL
     assert rows["head"]["head_port"].entry.id == "DIST-02"
-    assert rows["w1"]["head_reachable"].verdict in (Verdict.PASS, Verdict.UNKNOWN)  # something listens: our holder
+    assert f"pid {os.getpid()}" in rows["head"]["head_port"].observed  # the holder, by pid and command line
+    assert "loopback only" not in rows["head"]["head_port"].observed  # it listens on every address
+    # the worker still gets a verdict: it connected to whatever holds the port
+    assert rows["w1"]["head_reachable"].verdict is Verdict.PASS, rows["w1"]["head_reachable"]
+
+
+def test_a_host_without_any_torch_cannot_be_checked_and_does_not_bury_real_faults():
+    from remote_gpu_trainer.trainenv.find import TrainingEnv
+
+    real = local_caller({"head": "healthy-8xh100", "ecc": "ecc-dbe", "notorch": "healthy-8xh100"})
+
+    def call(host: str, arguments: dict) -> HostFacts:
+        facts = real(host, arguments)
+        if host == "notorch":  # as on a box where no interpreter with torch was found
+            facts.torch = TrainingEnv(python=None, source="none", found_by="no interpreter with torch was found")
+        return facts
+
+    args = PreflightInput(hosts=["head", "ecc", "notorch"], head_addr="127.0.0.1", port=rendezvous_port(), checkpoint_dir="/tmp")
+    result = run_fleet(args, lambda *a, **k: None, caller=call)
+    verdicts = {r.host: r.verdict for r in result.hosts}
+    assert verdicts["notorch"] is Verdict.UNKNOWN and verdicts["ecc"] is Verdict.FAIL
+    assert "fail on 1: ecc (gpu_health)" in result.summary, result.summary
+    assert "cannot check on 1: notorch (torch)" in result.summary
+    torch = next(c for c in result.hosts[2].checks if c.name == "torch")
+    assert torch.observed.startswith("cannot check") and "python=" in torch.explanation
+    assert "runtime" not in torch.explanation
+    from remote_gpu_trainer.fleet.tool import render_preflight
+
+    assert "CANNOT CHECK torch: cannot check: no python with torch found" in render_preflight(result)
 
 
 def test_a_host_that_is_not_an_ssh_name_is_refused_before_anything_runs():

@@ -18,7 +18,7 @@ from remote_gpu_trainer.models import Verdict
 from .conftest import rendezvous_port, started_by_this_run
 
 pytestmark = pytest.mark.slow
-WORKER = "remote_gpu_trainer.fleet.allreduce"
+WORKER = "remote_gpu_trainer.fleet.rank"
 
 
 def local_node(host: str, arguments: dict) -> NodeResult:

@@ -20,13 +20,12 @@ from remote_gpu_trainer.fleet.facts import HOST_FACTS, HostFacts
 from remote_gpu_trainer.models import Verdict
 
 from .conftest import call_ok, rendezvous_port
-from .sshbox import needs_torch_in_runtime
 
 pytestmark = pytest.mark.slow
 
 SCENARIOS = {"pf-head": "healthy-8xh100", "pf-ecc": "ecc-dbe", "pf-old": "driver-535-8xh100"}
 CLOSED = "pf-closed"
-WORKER = "remote_gpu_trainer.fleet.allreduce"
+WORKER = "remote_gpu_trainer.fleet.rank"
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +84,6 @@ def mixed(fleet):
     return anyio.run(go)
 
 
-@needs_torch_in_runtime
 def test_each_box_gets_its_verdict_and_the_fleet_fails(mixed):
     verdicts = {r["host"]: r["verdict"] for r in mixed["hosts"]}
     assert verdicts == {"pf-head": "PASS", "pf-ecc": "FAIL", "pf-old": "WARN", CLOSED: "FAIL"}, \
@@ -112,9 +110,11 @@ def test_scenarios_come_from_each_box(mixed, fleet):
     driver = next(c for c in mixed["fleet_checks"] if c["name"] == "driver")
     assert driver["verdict"] == "WARN" and driver["hosts"] == ["pf-old"] and driver["entry"]["id"] == "NODE-17"
     assert rows["pf-old"]["facts"]["health"]["driver_version"] == "535.183.01"
-    # each box answered from its own HOME (the runtime's python there), not from this process
-    assert all(rows[h]["facts"]["torch"]["python_executable"].startswith(str(fleet.boxes[h].home))
-               for h in SCENARIOS)
+    # each box answered with its user's own training python (the venv its login shell activates), not the runtime's
+    for host in SCENARIOS:
+        training = rows[host]["facts"]["torch"]
+        assert training["python"] == str(fleet.boxes[host].train_python), training
+        assert training["source"] == "login_shell" and training["display"] == "~/venvs/pt/bin/python"
 
 
 def test_workers_reached_the_head_over_ssh_and_the_head_held_its_port(mixed):
@@ -140,7 +140,6 @@ def test_no_process_of_the_check_is_left_on_any_box(mixed, fleet):
 # --- the collective ---------------------------------------------------------------------------------
 
 
-@needs_torch_in_runtime
 @pytest.mark.anyio
 @pytest.mark.parametrize("client", ["legacy"], indirect=True)
 async def test_gloo_allreduce_across_two_boxes_over_mcp_reports_bandwidth(fleet, client):
@@ -163,7 +162,6 @@ async def test_gloo_allreduce_across_two_boxes_over_mcp_reports_bandwidth(fleet,
     assert _leftovers(fleet, SCENARIOS) == []
 
 
-@needs_torch_in_runtime
 def test_a_rank_killed_mid_run_on_one_box_fails_cleanly_naming_it(fleet):
     facts = {}
     for alias in ("pf-head", "pf-ecc"):
@@ -261,7 +259,6 @@ def _rgt(*argv: str) -> subprocess.CompletedProcess:
                           timeout=240, stdin=subprocess.DEVNULL)
 
 
-@needs_torch_in_runtime
 def test_the_cli_waits_for_the_result_and_prints_progress_without_a_job(fleet):
     """A job lives in the process that started it, so no later `rgt` could poll one: `rgt preflight` has no
     --wait-s/--job-id, waits for the whole check and reports progress on stderr."""

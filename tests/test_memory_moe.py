@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -158,29 +159,27 @@ def test_the_estimate_is_machine_facing():
 
 
 # ---- measured mode without torch -------------------------------------------------------------------
-NO_TORCH = """
-import sys
-class NoTorch:
-    def find_spec(self, name, path=None, target=None):
-        if name == "torch" or name.startswith("torch."):
-            raise ModuleNotFoundError("No module named 'torch'", name="torch")
-sys.meta_path.insert(0, NoTorch())
-from remote_gpu_trainer.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
+def _no_torch_env(tmp_path) -> dict[str, str]:
+    """A directory first on PYTHONPATH whose ``torch`` raises what a missing torch raises: the measurement child
+    (the training interpreter, here this venv's python) really cannot import torch."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text('raise ModuleNotFoundError("No module named \'torch\'")\n')
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH"))
+                                                         if p)}
 
 
-def test_measure_without_torch_says_so_once_and_exits_with_the_environment_status():
-    run = subprocess.run([sys.executable, "-c", NO_TORCH, "mem", "--model", "gpt2", "--measure"],
-                         capture_output=True, text=True, timeout=120)
+def test_measure_without_torch_says_so_once_and_exits_with_the_environment_status(tmp_path):
+    env = _no_torch_env(tmp_path)
+    rgt = [sys.executable, "-m", "remote_gpu_trainer.cli", "mem", "--model", "gpt2", "--measure"]
+    run = subprocess.run(rgt, capture_output=True, text=True, timeout=120, env=env)
     assert run.returncode == 4, run.stderr
     assert run.stdout.count("torch is not installed") == 1
     assert "pip install 'remote-gpu-trainer[torch]'" in run.stdout
     assert "ModuleNotFoundError" not in run.stdout + run.stderr
-    run = subprocess.run([sys.executable, "-c", NO_TORCH, "mem", "--model", "gpt2", "--measure", "--json"],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run([*rgt, "--json"], capture_output=True, text=True, timeout=120, env=env)
     data = json.loads(run.stdout)
     assert run.returncode == 4 and data["measured"] is None and "torch is not installed" in data["measured_skipped"]
+    assert data["training_env"]["python"] == sys.executable  # it says which interpreter it tried
     assert data["total_bytes"] > 0  # the analytic estimate is still there
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
+if TYPE_CHECKING:  # at run time only the callers hold a ValidationError: the torch-side modules that raise
+    from pydantic import ValidationError  # InputError run where pydantic may be missing (trainenv/child.py)
 
 
 class InputError(ValueError):

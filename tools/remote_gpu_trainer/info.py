@@ -1,30 +1,32 @@
 """skill_info: what this skill is and which optional backends (NVML, torch, CUDA) can run here.
 
-An agent calls it first to learn which checks are real on this machine. It stays cheap by default:
-torch's version comes from package metadata, not ``import torch`` (seconds); ``probe_torch=true``
-imports torch in a child process with a timeout, so the server never pays for it.
+An agent calls it first to learn which checks are real on this machine. The torch it reports is the training
+environment's (trainenv/find.py: ``python=``, ``activate=``, or found and named), not the skill runtime's. It stays
+cheap by default: the interpreter is located and torch's version read from its metadata, without
+``import torch`` (seconds); ``probe_torch=true`` imports torch there in a child process with a timeout, so the
+server never pays for it. It also says when the launch environment's ``CUDA_VISIBLE_DEVICES`` hides GPUs that
+NVML sees (on a box: the login shell's, which ``ssh box cmd`` never shows).
 """
 
 from __future__ import annotations
 
-import json
 import platform
-import subprocess
-import sys
 from functools import cache
-from importlib import metadata
 from typing import Literal
 
 from pydantic import Field
 
 from . import __version__
+from .health.checks import Check
+from .health.tool import launch_cuda_visible
 from .hostinfo import in_container
 from .models import StrictModel
 from .nvml_session import nvml_status
 from .paths import skill_markdown_files, skill_root
 from .tables import format_table
 from .toolspec import Progress, ToolSpec
-from .torch_hint import INSTALL_HINT
+from .torch_hint import no_training_torch
+from .trainenv.find import ActivateText, PythonPath, TrainingEnv, activate_field, find_training_env, python_field
 
 
 class SkillInfoInput(StrictModel):
@@ -34,6 +36,8 @@ class SkillInfoInput(StrictModel):
         "torch sees (takes seconds). Off by default: torch's version is read from package metadata.",
     )
     timeout_s: float = Field(60.0, ge=1, le=600, description="Time limit for the torch probe, seconds.")
+    python: PythonPath = python_field()
+    activate: ActivateText = activate_field()
 
 
 class Backend(StrictModel):
@@ -57,15 +61,10 @@ class SkillInfo(StrictModel):
     backends: list[Backend]
     tools: list[str]
     resources: int = Field(description="Markdown files served as skill:// resources")
-
-
-@cache
-def _installed_torch_version() -> str | None:
-    """Read once per process: a metadata scan costs ~0.6 ms, and a server restart sees a new install."""
-    try:
-        return metadata.version("torch")
-    except metadata.PackageNotFoundError:
-        return None
+    training_env: TrainingEnv = Field(description="The training interpreter the torch backend describes, how it "
+                                      "was found and every candidate looked at")
+    cuda_visible_devices: Check | None = Field(None, description="The launch environment's CUDA_VISIBLE_DEVICES "
+                                               "against the GPUs NVML sees (None: not set)")
 
 
 @cache
@@ -75,32 +74,26 @@ def _served_resource_count() -> int:
     return len(skill_markdown_files())
 
 
-def _torch_backends(probe: bool, timeout_s: float) -> list[Backend]:
-    version = _installed_torch_version()
-    if version is None:
-        missing = ("torch is not installed: repro_scaler_bug, amp_config_check confirm and measured memory mode "
-                   f"are unavailable; {INSTALL_HINT}")
+def _torch_backends(env: TrainingEnv, probed: bool) -> list[Backend]:
+    if env.python is None or not env.has_torch:
+        missing = (f"{no_training_torch(env)}. Without it repro_scaler_bug, amp_config_check confirm and measured "
+                   "memory mode cannot run")
         return [Backend(name="torch", available=False, detail=missing),
                 Backend(name="cuda", available=False, detail="needs torch")]
+    version = env.torch or "?"
     build = version.split("+", 1)[1] if "+" in version else "default"
-    torch_backend = Backend(name="torch", available=True, version=version, detail=f"build {build}")
-    if not probe:
+    where = f"{env.display} ({env.found_by}), build {build}"
+    torch_backend = Backend(name="torch", available=True, version=version, detail=where)
+    if not probed:
         guess = "CPU-only build" if build == "cpu" else "not probed (pass probe_torch=true)"
         return [torch_backend, Backend(name="cuda", available=False if build == "cpu" else None, detail=guess)]
-    code = ("import json, torch; c = torch.cuda.is_available(); print(json.dumps({'cuda': c, "
-            "'cuda_version': torch.version.cuda, 'gpus': [torch.cuda.get_device_name(i) for i in "
-            "range(torch.cuda.device_count())] if c else []}))")
-    try:
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s)
-        probe_result = json.loads(out.stdout.strip().splitlines()[-1])
-    except subprocess.TimeoutExpired:
-        return [torch_backend, Backend(name="cuda", available=None, detail=f"torch probe timed out ({timeout_s:g} s)")]
-    except (ValueError, IndexError):
-        return [torch_backend, Backend(name="cuda", available=None, detail=f"torch probe failed: {out.stderr[-300:]}")]
-    gpus = probe_result["gpus"]
+    if "cuda" in env.errors or "probe" in env.errors or "torch" in env.errors:
+        why = env.errors.get("torch") or env.errors.get("cuda") or env.errors.get("probe")
+        return [torch_backend, Backend(name="cuda", available=None, detail=f"torch probe failed: {why}")]
+    gpus = env.gpu_names
     detail = f"{len(gpus)} GPU(s): {', '.join(gpus)}" if gpus else "torch.cuda.is_available() is False"
-    return [torch_backend, Backend(name="cuda", available=probe_result["cuda"],
-                                   version=probe_result["cuda_version"], detail=detail)]
+    return [torch_backend, Backend(name="cuda", available=bool(env.cuda_available), version=env.torch_cuda,
+                                   detail=detail)]
 
 
 def skill_info(args: SkillInfoInput, progress: Progress) -> SkillInfo:
@@ -108,6 +101,16 @@ def skill_info(args: SkillInfoInput, progress: Progress) -> SkillInfo:
     from .remote.runtime import runtime_version
 
     nvml = nvml_status()
+    training = find_training_env(args.python, args.activate, mode="names" if args.probe_torch else "find",
+                                 timeout_s=args.timeout_s)
+    visible = None
+    setting = launch_cuda_visible()
+    if setting is not None:  # only then are the GPUs' count and UUIDs worth a health probe
+        from .health.tool import HealthInput, probe_gpus
+        from .trainenv.launch import cuda_visible_check
+
+        gpus = probe_gpus(HealthInput(timeout_s=min(args.timeout_s, 30.0)), progress)
+        visible = cuda_visible_check(setting, gpus.gpus_found, [g.uuid for g in gpus.gpus])
     return SkillInfo(
         version=__version__,
         runtime=runtime_version(),
@@ -118,9 +121,10 @@ def skill_info(args: SkillInfoInput, progress: Progress) -> SkillInfo:
         in_container=in_container(),
         skill_root=str(skill_root()),
         backends=[Backend(name="nvml", available=nvml.ok, version=nvml.nvml_version, detail=nvml.detail),
-                  *_torch_backends(args.probe_torch, args.timeout_s)],
+                  *_torch_backends(training, args.probe_torch)],
         tools=[s.name for s in all_specs() if not s.internal],  # what MCP lists; internal specs are building blocks
         resources=_served_resource_count(),
+        training_env=training, cuda_visible_devices=visible,
     )
 
 
@@ -130,7 +134,10 @@ def render(info: SkillInfo) -> str:
             f"{' · container' if info.in_container else ''}\nskill root: {info.skill_root}")
     rows = [[b.name, {True: "yes", False: "no", None: "?"}[b.available], b.version, b.detail] for b in info.backends]
     table = format_table(["backend", "available", "version", "detail"], rows)
-    return f"{head}\n\n{table}\n\ntools: {', '.join(info.tools)}\nresources: {info.resources} markdown files"
+    visible = info.cuda_visible_devices
+    launch = f"\n{visible.verdict.value}: {visible.explanation}" if visible and visible.verdict.value != "PASS" else ""
+    return (f"{head}\n\n{table}{launch}\n\ntools: {', '.join(info.tools)}\nresources: {info.resources} markdown "
+            "files")
 
 
 SPECS = [
@@ -141,8 +148,11 @@ SPECS = [
         title="Skill info and available backends",
         description=(
             "Report the skill version and which optional backends work on this machine: NVML (GPU "
-            "health, VRAM holders), torch and CUDA (AMP reproductions, measured memory). Call it first "
-            "on a new machine to learn which checks will be real here."
+            "health, VRAM holders), torch and CUDA (AMP reproductions, measured memory). torch is the training "
+            "environment's: python= or activate= as given, else found (launch script, login shell's PATH, "
+            "~/venvs/*, conda, system python); training_env names the interpreter, how it was found and every "
+            "candidate. Also says when the launch environment's CUDA_VISIBLE_DEVICES hides GPUs NVML sees. Call "
+            "it first on a new machine to learn which checks will be real here."
         ),
         input_model=SkillInfoInput,
         output_model=SkillInfo,

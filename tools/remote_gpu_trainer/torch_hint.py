@@ -9,6 +9,10 @@ work they could not do as not run (SKIP), and the CLI exits with the "environmen
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .trainenv.find import TrainingEnv
 
 EXIT_ENVIRONMENT = 4
 """CLI status for "this machine cannot run the check" (no torch; ``rgt health``: no NVIDIA GPU)."""
@@ -19,5 +23,28 @@ INSTALL_HINT = ("add it with `pip install 'remote-gpu-trainer[torch]'` (on Linux
 
 
 def torch_missing(reason: str, python: str | None = None) -> str:
-    """``torch is not installed for <python> (<reason>): add it with ...``."""
+    """``torch is not installed for <python> (<reason>): add it with ...``; on a box, into that python's own
+    environment (the skill's runtime venv is never the job's)."""
+    from .trainenv.find import is_box_runtime
+
+    if is_box_runtime():
+        return (f"torch is not installed for {python or sys.executable} ({reason}): install it into that training "
+                "environment, or pass python=/activate= for the one that has it")
     return f"torch is not installed for {python or sys.executable} ({reason}): {INSTALL_HINT}"
+
+
+def no_training_torch(env: TrainingEnv) -> str:
+    """Why a torch tool cannot run: which interpreters were looked at, and what to pass. On a box it never
+    suggests installing torch into the skill's runtime (a private venv the job never uses)."""
+    from .trainenv.find import is_box_runtime, tilde
+
+    if env.source in ("python", "activate", "launch_script"):
+        why = "; ".join(env.errors.values()) or f"torch is not installed for {tilde(env.python)}"
+        return (f"{why} ({env.found_by}): install torch into that environment, or pass the python/activate of "
+                "the environment that has it")
+    looked = ", ".join(f"{tilde(c.python)} ({c.where})" for c in env.candidates) or "no interpreter"
+    fix = ("pass python= (the interpreter your training runs with, e.g. ~/venvs/pt/bin/python) or activate= "
+           "('source ~/venvs/pt/bin/activate', 'conda activate NAME')")
+    if is_box_runtime():
+        return f"torch is not installed in any python found on this box (looked at {looked}): {fix}"
+    return f"torch is not installed in any python found here (looked at {looked}): {fix}, or {INSTALL_HINT}"

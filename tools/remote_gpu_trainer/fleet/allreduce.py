@@ -2,9 +2,10 @@
 
 Three layers, each small:
 
-* ``worker_main`` runs inside every rank (``python -m remote_gpu_trainer.fleet.allreduce``): it writes a
-  ``started`` file, joins the process group with a short timeout (NCCL on GPUs, gloo on CPU), warms
-  up, times all-reduces from 1 MiB up (1 GiB on GPUs, 64 MiB on CPU) and writes its times, or the error.
+* ``rank.py`` runs inside every rank (``python -m remote_gpu_trainer.fleet.rank``, under the training
+  interpreter, which has torch and none of the runtime's packages): it writes a ``started`` file, joins the
+  process group with a short timeout (NCCL on GPUs, gloo on CPU), warms up, times all-reduces from 1 MiB up
+  (1 GiB on GPUs, 64 MiB on CPU) and writes its times, or the error.
 * ``allreduce_node`` (an internal remote spec) runs ``python -m torch.distributed.run`` on one host in
   its own session, with a deadline, kills that session afterwards and reads the rank files: which
   ranks started, which finished, which died without a word (killed).
@@ -15,13 +16,11 @@ Three layers, each small:
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -34,6 +33,8 @@ from pydantic import Field
 from ..models import EntryRef, StrictModel, Verdict
 from ..tables import format_table
 from ..toolspec import Progress, ToolSpec
+from ..trainenv.child import child_environ
+from ..trainenv.find import ActivateText, PythonPath, activate_field, find_training_env, python_field
 from .facts import HostFacts
 from .verdicts import E_MASTER, E_TCP_FALLBACK, FleetCheck, HostError
 
@@ -43,65 +44,6 @@ CPU_MAX_BYTES = 64 * MIB
 E_HANG = EntryRef(file="references/multinode.md", id="NODE-07")
 AGENT_CLOSED = re.compile(r"Sending process (\d+) closing signal")
 """torchrun's agent logs this for each worker it ends (torch/distributed/elastic/multiprocessing/api.py)."""
-
-
-# --- inside every rank ------------------------------------------------------------------------------
-
-
-def _sizes(max_bytes: int) -> list[int]:
-    sizes, size = [], MIB
-    while size <= max_bytes:
-        sizes.append(size)
-        size *= 4
-    return sizes
-
-
-def worker_main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--backend", choices=["nccl", "gloo"], required=True)
-    parser.add_argument("--max-bytes", type=int, required=True)
-    parser.add_argument("--iters", type=int, default=5)
-    parser.add_argument("--pg-timeout-s", type=float, default=60)
-    opts = parser.parse_args(argv)
-    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
-    out = Path(opts.out)
-    (out / f"rank-{local_rank}.started").write_text(json.dumps({"rank": rank, "pid": os.getpid()}))
-    try:
-        import datetime
-
-        import torch
-        import torch.distributed as dist
-
-        device = torch.device("cuda", local_rank) if opts.backend == "nccl" else torch.device("cpu")
-        if opts.backend == "nccl":
-            torch.cuda.set_device(device)
-        dist.init_process_group(opts.backend, timeout=datetime.timedelta(seconds=opts.pg_timeout_s))
-
-        def sync() -> None:
-            if opts.backend == "nccl":
-                torch.cuda.synchronize(device)
-
-        rows = []
-        for size in _sizes(opts.max_bytes):
-            tensor = torch.ones(size // 4, dtype=torch.float32, device=device)
-            dist.all_reduce(tensor)  # warm-up: connections and buffers for this size
-            sync()
-            dist.barrier()
-            started = time.perf_counter()
-            for _ in range(opts.iters):
-                dist.all_reduce(tensor)
-            sync()
-            elapsed = torch.tensor([(time.perf_counter() - started) / opts.iters], dtype=torch.float64,
-                                   device=device)
-            dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace, as in nccl-tests
-            rows.append({"size_bytes": size, "time_s": float(elapsed.item())})
-        world = dist.get_world_size()
-        dist.destroy_process_group()
-        (out / f"rank-{local_rank}.json").write_text(json.dumps({"rank": rank, "world": world, "rows": rows}))
-    except BaseException as err:
-        (out / f"rank-{local_rank}.error").write_text(f"{type(err).__name__}: {err}"[:2000])
-        raise
 
 
 # --- on one host ------------------------------------------------------------------------------------
@@ -117,6 +59,9 @@ class NodeInput(StrictModel):
     max_bytes: int = Field(ge=MIB, le=GPU_MAX_BYTES)
     iters: int = Field(5, ge=1, le=10_000)
     timeout_s: float = Field(120, ge=5, le=900)
+    python: PythonPath = python_field()
+    activate: ActivateText = activate_field()
+    launch: str | None = Field(None, max_length=4096, description="The launch script (for finding the python)")
 
 
 class NodeResult(StrictModel):
@@ -134,6 +79,7 @@ class NodeResult(StrictModel):
     timed_out: bool
     stderr_tail: str
     leftover: int = Field(description="Processes of this check still alive after cleanup (should be 0)")
+    python: str | None = Field(None, description="The training interpreter torchrun and the ranks ran under")
 
 
 def _end_session(proc: subprocess.Popen) -> int:
@@ -173,17 +119,23 @@ def _rank_of(path: Path) -> int:
 
 
 def allreduce_node(args: NodeInput, progress: Progress) -> NodeResult:
+    """torchrun and its ranks under the training interpreter that host_facts found with the same arguments."""
+    env = find_training_env(args.python, args.activate, args.launch)
+    if env.python is None or not env.has_torch:
+        return NodeResult(started_ranks=[], finished_ranks=[], errors={}, silent_ranks=[], rows=[], world=None,
+                          exit_code=None, timed_out=False, leftover=0, python=env.python,
+                          stderr_tail=f"no python with torch here ({env.found_by}; {'; '.join(env.errors.values())})")
     with tempfile.TemporaryDirectory(prefix="rgt-allreduce-") as tmp:
-        argv = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={args.nnodes}",
+        argv = [env.python, "-m", "torch.distributed.run", f"--nnodes={args.nnodes}",
                 f"--nproc-per-node={args.nproc}", "--rdzv-backend=c10d",
                 f"--rdzv-endpoint={args.head_addr}:{args.port}", f"--rdzv-id={args.rdzv_id}", "--max-restarts=0",
                 f"--rdzv-conf=join_timeout={int(max(10, args.timeout_s / 2))}",
-                "-m", "remote_gpu_trainer.fleet.allreduce", "--out", tmp, "--backend", args.backend,
+                "-m", "remote_gpu_trainer.fleet.rank", "--out", tmp, "--backend", args.backend,
                 "--max-bytes", str(args.max_bytes), "--iters", str(args.iters),
                 "--pg-timeout-s", str(max(10, int(args.timeout_s / 2)))]
-        env = {**os.environ, "TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "OMP_NUM_THREADS": "1"}
+        environ = child_environ(env, {"TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "OMP_NUM_THREADS": "1"})
         log = Path(tmp, "torchrun.log").open("w+")  # noqa: SIM115 - torchrun writes to it while we wait
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=environ,
                                 start_new_session=True)
         progress(0, 1, "torchrun started")
         timed_out = False
@@ -210,7 +162,8 @@ def allreduce_node(args: NodeInput, progress: Progress) -> NodeResult:
         return NodeResult(started_ranks=started, finished_ranks=sorted(finished), errors=errors,
                           silent_ranks=[r for r in ended if r not in stopped], stopped_ranks=stopped,
                           rows=first["rows"] if first else [], world=first["world"] if first else None,
-                          exit_code=proc.returncode, timed_out=timed_out, stderr_tail=tail, leftover=leftover)
+                          exit_code=proc.returncode, timed_out=timed_out, stderr_tail=tail, leftover=leftover,
+                          python=env.python)
 
 
 ALLREDUCE_NODE = ToolSpec(
@@ -336,26 +289,32 @@ def _blame(runs: dict[str, NodeResult | HostError]) -> tuple[list[HostRun], list
 
 
 def run_fleet_allreduce(hosts: list[str], head: str, head_addr: str, port: int, facts: dict[str, HostFacts],
-                        timeout_s: float, caller: NodeCaller | None = None, iters: int = 5) -> AllreduceReport:
+                        timeout_s: float, caller: NodeCaller | None = None, iters: int = 5,
+                        env_args: dict[str, str | None] | None = None) -> AllreduceReport:
+    """``env_args``: the pre-flight's python/activate/launch; without them each host runs the interpreter its
+    facts found (``facts[h].torch.python``)."""
     caller = caller or ssh_node_caller
     gpu = all(f.torch.cuda_available and f.torch.nccl for f in facts.values())
     backend = "nccl" if gpu else "gloo"
     notes = [] if gpu else [f"gloo on CPU (a host has no CUDA torch): sizes capped at {CPU_MAX_BYTES // MIB} MiB; "
                             "the figures measure CPUs and TCP, not GPU interconnects, and are not judged"]
     max_bytes = GPU_MAX_BYTES if gpu else CPU_MAX_BYTES
-    missing = [h for h in hosts if not facts[h].torch.torch]
+    missing = [h for h in hosts if not facts[h].torch.has_torch]
     if missing:
         return AllreduceReport(verdict=Verdict.FAIL, backend=backend, world_size=0, rows=[], judged_size_bytes=None,
                                busbw_gbps=None, algbw_gbps=None, expected_busbw_gbps=None, expected_source=None,
-                               hosts=[HostRun(host=h, state="failed", ranks=0, detail="torch does not import")
-                                      for h in missing], failed_hosts=missing, entry=EntryRef(
-                                   file="references/ssh_transport.md", id="SSH-13"),
-                               explanation="torch is missing on " + ", ".join(missing) + ": install the fleet's torch "
-                               "build in the runtime's python there, then run again", notes=notes)
+                               hosts=[HostRun(host=h, state="failed", ranks=0, detail=f"no torch: "
+                                              f"{facts[h].torch.brief()}") for h in missing],
+                               failed_hosts=missing, entry=EntryRef(file="references/ssh_transport.md", id="SSH-13"),
+                               explanation="no training python with a working torch on " + ", ".join(missing)
+                               + ": pass python= or activate= (the environment the job runs in), then run again",
+                               notes=notes)
     rdzv_id = f"rgt-preflight-{int(time.time())}"
     per_host = {h: NodeInput(head_addr=head_addr, port=port, nnodes=len(hosts), backend=backend, rdzv_id=rdzv_id,
                              nproc=(facts[h].torch.cuda_devices or 1) if gpu else 1, max_bytes=max_bytes, iters=iters,
-                             timeout_s=timeout_s).model_dump() for h in hosts}
+                             timeout_s=timeout_s, **(env_args if env_args and any(env_args.values())
+                                                     else {"python": facts[h].torch.python})).model_dump()
+                for h in hosts}
     runs: dict[str, NodeResult | HostError] = {}
     with ThreadPoolExecutor(max_workers=len(hosts), thread_name_prefix="rgt-allreduce") as pool:
         futures = {h: pool.submit(caller, h, per_host[h]) for h in hosts}
@@ -417,5 +376,3 @@ def render_allreduce(report: AllreduceReport) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":
-    worker_main()

@@ -3,8 +3,10 @@
 An internal remote spec: the ``preflight`` tool calls it on every host through the transport
 (``spec.call({..., "host": h})``) and judges the rows side by side. It only ever looks at the machine
 it runs on. The GPU part reuses the ``gpu_health`` probe (same backend choice, so
-``RGT_HEALTH_FAKE`` scenarios work here too); torch is imported only in a child process with a
-timeout, as ``skill_info`` does, because a broken CUDA install can hang an import.
+``RGT_HEALTH_FAKE`` scenarios work here too). The training stack is the user's: the interpreter the job runs
+with is found (or taken from ``python=``/``activate=``/the launch script) and probed in a child process with a
+timeout (trainenv/), because a broken CUDA install can hang an import. The launch environment is read as a login
+shell gets it, with NCCL's own files and the launch script's exports, and checked against this box.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import os
 import platform
 import shutil
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -23,28 +24,14 @@ from pathlib import Path
 from pydantic import Field
 
 from ..health.checks import Check
-from ..health.tool import HealthInput, gpu_health
+from ..health.tool import HealthInput, probe_gpus
 from ..models import StrictModel, Verdict
 from ..toolspec import Progress, ToolSpec
+from ..trainenv.find import ActivateText, PythonPath, TrainingEnv, activate_field, find_training_env, python_field
+from ..trainenv.launch import LaunchEnv, cuda_visible_check, endpoint_checks, ifname_checks, read_launch_env
+from ..trainenv.login import ShellRead, read_login_env
+from ..trainenv.script import read_launch_script
 from .network import HeadListener, IbPort, Route, connect_with_retry, ib_ports, local_addresses, route_to
-
-TORCH_PROBE = """
-import json, sys
-out = {"torch": None, "torch_cuda": None, "nccl": None, "cuda_available": False, "cuda_devices": 0,
-       "gloo": False, "nccl_backend": False}
-import torch, torch.distributed as dist
-out.update(torch=torch.__version__, torch_cuda=torch.version.cuda, gloo=dist.is_gloo_available(),
-           nccl_backend=dist.is_nccl_available())
-try:
-    out["cuda_available"] = torch.cuda.is_available()
-    out["cuda_devices"] = torch.cuda.device_count() if out["cuda_available"] else 0
-except Exception as err:
-    out["cuda_error"] = repr(err)
-if out["nccl_backend"]:
-    v = torch.cuda.nccl.version()
-    out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
-print("RGT-TORCH " + json.dumps(out))
-"""
 
 
 class HostFactsInput(StrictModel):
@@ -58,6 +45,10 @@ class HostFactsInput(StrictModel):
     checkpoint_dir: str = Field("~", max_length=4096, description="Where checkpoints will be written (free disk)")
     expect_gpus: int | None = Field(None, ge=1, le=1024, description="GPUs this box should have")
     timeout_s: float = Field(60.0, ge=5, le=600, description="Limit for the torch probe and for NVML, each")
+    python: PythonPath = python_field()
+    activate: ActivateText = activate_field()
+    launch: str | None = Field(None, min_length=1, max_length=4096, description="The launch script on this box "
+                               "(read, hashed and parsed, never run)")
 
 
 class HealthSummary(StrictModel):
@@ -68,22 +59,20 @@ class HealthSummary(StrictModel):
     driver_version: str | None
     cuda_driver_version: str | None
     gpu_models: list[str] = Field(description="One name per GPU")
+    gpu_uuids: list[str | None] = Field(default_factory=list, description="One UUID per GPU (CUDA_VISIBLE_DEVICES "
+                                        "may name GPUs by UUID)")
     gpu_memory_bytes: list[int | None]
     mig: list[str] = Field(description="MIG mode per GPU as gpu_health read it")
     compute_modes: list[str]
     findings: list[Check] = Field(description="gpu_health checks that are not PASS/SKIP (host and per GPU)")
 
 
-class TorchFacts(StrictModel):
-    python: str
-    python_executable: str
-    torch: str | None = Field(description="torch.__version__, None when torch does not import")
-    torch_cuda: str | None = Field(description="torch.version.cuda (None: a CPU build)")
-    nccl: str | None = Field(description="NCCL version as torch reports it (torch.cuda.nccl.version())")
-    cuda_available: bool
-    cuda_devices: int
-    gloo: bool
-    error: str | None = Field(description="Why torch could not be probed")
+class PortHolder(StrictModel):
+    pid: int | None = Field(description="None: the socket's owner is not visible here")
+    command: str = Field(description="Its whole command line")
+    listening_on: list[str] = Field(description="Local address:port of each listening socket")
+    loopback_only: bool = Field(description="Every listening address is a loopback one: other machines cannot "
+                                "connect to it")
 
 
 class HostFacts(StrictModel):
@@ -92,7 +81,10 @@ class HostFacts(StrictModel):
     box_time: float = Field(description="time.time() on the box when the reply was built")
     elapsed_s: float = Field(description="Seconds the box spent gathering (for the clock-offset estimate)")
     health: HealthSummary
-    torch: TorchFacts
+    torch: TrainingEnv = Field(description="The training interpreter (found or given) and its torch stack")
+    launch_env: LaunchEnv = Field(description="NCCL_*/GLOO_*/CUDA_VISIBLE_DEVICES/MASTER_* as a launch here gets them")
+    env_checks: list[Check] = Field(default_factory=list, description="The launch environment against this box: "
+                                    "interfaces, CUDA_VISIBLE_DEVICES against NVML, the endpoint")
     checkpoint_dir: str
     disk_free_bytes: int | None
     disk_detail: str
@@ -104,11 +96,13 @@ class HostFacts(StrictModel):
     head_connect_detail: str
     port_free: bool | None = Field(description="Head: was the rendezvous port free to bind")
     port_detail: str
+    port_holders: list[PortHolder] = Field(default_factory=list, description="Head: what holds the port when it "
+                                           "was not free")
     listener_accepted: int = Field(0, description="Head: worker connections its listener accepted")
 
 
 def summarise_health(expect_gpus: int | None, timeout_s: float) -> HealthSummary:
-    report = gpu_health(HealthInput(expect_gpus=expect_gpus, timeout_s=min(timeout_s, 300)), lambda *a, **k: None)
+    report = probe_gpus(HealthInput(expect_gpus=expect_gpus, timeout_s=min(timeout_s, 300)), lambda *a, **k: None)
 
     def observed(gpu, name: str) -> str:
         return next((c.observed for c in gpu.checks if c.name == name), "?")
@@ -120,30 +114,45 @@ def summarise_health(expect_gpus: int | None, timeout_s: float) -> HealthSummary
     return HealthSummary(
         verdict=report.verdict, summary=report.summary, backend=report.backend, gpus_found=report.gpus_found,
         driver_version=report.driver_version, cuda_driver_version=report.cuda_driver_version,
-        gpu_models=[g.name or "?" for g in report.gpus], gpu_memory_bytes=[g.memory_total_bytes for g in report.gpus],
+        gpu_models=[g.name or "?" for g in report.gpus], gpu_uuids=[g.uuid for g in report.gpus],
+        gpu_memory_bytes=[g.memory_total_bytes for g in report.gpus],
         mig=[observed(g, "mig_mode") for g in report.gpus], compute_modes=[observed(g, "compute_mode")
                                                                           for g in report.gpus],
         findings=findings)
 
 
-def probe_torch(timeout_s: float) -> TorchFacts:
-    """torch, its CUDA and NCCL, imported in a child of this very python (the runtime's)."""
-    base = {"python": platform.python_version(), "python_executable": sys.executable}
-    empty = {"torch": None, "torch_cuda": None, "nccl": None, "cuda_available": False, "cuda_devices": 0,
-             "gloo": False}
+def port_holders(port: int) -> list[PortHolder]:
+    """Who listens on ``port`` here, and on which addresses (a holder bound to 127.0.0.1 only is named so)."""
+    from ..processes.ports import scan_ports
+    from ..processes.snapshot import snapshot
+
     try:
-        out = subprocess.run([sys.executable, "-c", TORCH_PROBE], capture_output=True, text=True, timeout=timeout_s,
-                             stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return TorchFacts(**base, **empty, error=f"import torch did not finish in {timeout_s:g} s")
-    line = next((x for x in out.stdout.splitlines() if x.startswith("RGT-TORCH ")), None)
-    if line is None:
-        last = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
-        return TorchFacts(**base, **empty, error=f"torch does not import with {sys.executable}: {last[:300]}")
-    data = json.loads(line.removeprefix("RGT-TORCH "))
-    return TorchFacts(**base, torch=data["torch"], torch_cuda=data["torch_cuda"], nccl=data["nccl"],
-                      cuda_available=data["cuda_available"], cuda_devices=data["cuda_devices"], gloo=data["gloo"],
-                      error=data.get("cuda_error"))
+        scan = scan_ports([port])
+    except OSError:
+        return []
+    by_pid: dict[int | None, list[str]] = {}
+    for entry in scan.sockets:
+        if entry.local_port == port and entry.listening:
+            for pid in scan.pids_of(entry) or [None]:
+                by_pid.setdefault(pid, []).append(entry.local)
+    holders = []
+    for pid, local in by_pid.items():
+        info = snapshot(pid) if pid else None
+        loopback = all(_is_loopback(address.rsplit(":", 1)[0].strip("[]")) for address in local)
+        holders.append(PortHolder(pid=pid, command=info.command if info else "(not visible here)",
+                                  listening_on=local, loopback_only=loopback))
+    return holders
+
+
+def _is_loopback(address: str) -> bool:
+    import ipaddress
+
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return (mapped or ip).is_loopback
 
 
 def free_disk(path: str) -> tuple[int | None, str]:
@@ -172,11 +181,15 @@ def host_facts(args: HostFactsInput, progress: Progress) -> HostFacts:
         thread.start()
         return thread
 
-    threads = [run("health", lambda: summarise_health(args.expect_gpus, args.timeout_s)),
-               run("torch", lambda: probe_torch(args.timeout_s))]
+    def training() -> TrainingEnv:
+        login = results["login"] = read_login_env()
+        return find_training_env(args.python, args.activate, args.launch, mode="import", timeout_s=args.timeout_s,
+                                 login=login)
+
+    threads = [run("health", lambda: summarise_health(args.expect_gpus, args.timeout_s)), run("torch", training)]
     if args.head_addr and not args.is_head:
         threads.append(run("connect", lambda: connect_with_retry(args.head_addr, args.port, args.connect_wait_s)))
-    progress(0, 3, "gathering health, torch and network facts")
+    progress(0, 3, "gathering health, training environment and network facts")
     addresses = local_addresses()
     route = head_resolves = None
     if args.head_addr:
@@ -191,16 +204,25 @@ def host_facts(args: HostFactsInput, progress: Progress) -> HostFacts:
     if listener is not None:
         listener.wait()
     connect = results.get("connect")
+    login = results.get("login") or ShellRead(None, "bash -l -i", "the login shell was not read in time")
+    script = read_launch_script(args.launch, login.env) if args.launch else None
+    launch_env = read_launch_env(login, script)
+    health: HealthSummary = results["health"]  # type: ignore[assignment]
+    env_checks = ifname_checks(launch_env, addresses, route.iface if route else None)
+    visible = cuda_visible_check(launch_env.get("CUDA_VISIBLE_DEVICES"), health.gpus_found, health.gpu_uuids)
+    env_checks += [visible] if visible else []
+    env_checks += endpoint_checks(launch_env, args.head_addr, args.port if args.head_addr else None)
     return HostFacts(
         hostname=socket.gethostname(), platform=f"{platform.system()} {platform.release()} {platform.machine()}",
         box_time=time.time(), elapsed_s=round(time.monotonic() - started, 3),
-        health=results["health"], torch=results["torch"],  # type: ignore[arg-type]
+        health=health, torch=results["torch"], launch_env=launch_env, env_checks=env_checks,  # type: ignore[arg-type]
         checkpoint_dir=args.checkpoint_dir, disk_free_bytes=disk_free, disk_detail=disk_detail, addresses=addresses,
         route=route, head_resolves_to=head_resolves or [], ib_ports=ib_ports(),
         head_connect=getattr(connect, "outcome", None),
         head_connect_detail=getattr(connect, "detail", "this box is the head" if args.is_head else "not checked"),
         port_free=listener.free if listener else None,
         port_detail=listener.detail if listener else "not the head",
+        port_holders=port_holders(args.port) if listener and not listener.free else [],
         listener_accepted=len(listener.accepted) if listener else 0)
 
 

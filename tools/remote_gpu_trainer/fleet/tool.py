@@ -29,6 +29,7 @@ from .. import jobs
 from ..models import StrictModel, Verdict
 from ..tables import format_table
 from ..toolspec import Progress, ToolSpec
+from ..trainenv.find import ActivateText, PythonPath, activate_field
 from .facts import HOST_FACTS, HostFacts, HostFactsInput
 from .hosts import FleetHost, fleet_from, srun_available
 from .verdicts import (
@@ -66,6 +67,14 @@ class PreflightInput(StrictModel):
                                "arguments are ignored")
     concurrency: int = Field(16, ge=2, le=256, description="Hosts checked at the same time")
     timeout_s: float = Field(90.0, ge=5, le=600, description="Deadline per host for its facts")
+    python: PythonPath = Field(None, min_length=1, max_length=4096, description=(
+        "The training interpreter on every node (absolute or ~ path, the same on each), e.g. ~/venvs/pt/bin/python. "
+        "Default: found per node (the launch script, the login shell's PATH, ~/venvs/*, conda envs, the system "
+        "python); each row says which one and how"))
+    activate: ActivateText = activate_field()
+    launch: str | None = Field(None, min_length=1, max_length=4096, description="The launch script's path on the "
+                               "nodes (~ allowed): compared across nodes (sha256), its exports and torchrun/"
+                               "accelerate endpoint checked, its activation used to find the python. Read, never run")
     wait_s: float | None = Field(45.0, ge=0, le=3600, description="How long this call waits before answering "
                                  "with a job_id (MCP clients give up after about 60 s); null: wait for the result "
                                  "with no job at all (what `rgt preflight` does)")
@@ -198,7 +207,8 @@ def per_host_arguments(args: PreflightInput, names: list[str], head: str, head_a
     hold = min(window * (waves(len(names), args.concurrency) + 2), args.timeout_s / 2, 60.0)
     base = HostFactsInput(head_addr=head_addr, port=args.port, checkpoint_dir=args.checkpoint_dir,
                           expect_gpus=args.expect_gpus, timeout_s=min(60.0, args.timeout_s / 2),
-                          connect_wait_s=max(0.5, window))
+                          connect_wait_s=max(0.5, window), python=args.python, activate=args.activate,
+                          launch=args.launch)
     head_args = base.model_copy(update={"is_head": True, "workers": len(names) - 1, "connect_wait_s": max(0.5, hold)})
     return {h: (head_args if h == head else base).model_dump() for h in names}
 
@@ -254,7 +264,9 @@ def run_fleet(args: PreflightInput, progress: Progress, caller: FactsCaller | No
         replies = gather(ordered, per_host, caller or ssh_caller(args.timeout_s), args.concurrency, args.timeout_s,
                          progress)
     head_facts = replies[head].facts
-    head_ok = bool(head_facts and head_facts.port_free)
+    head_held = bool(head_facts and not head_facts.port_free and head_facts.port_holders)
+    head_ok = bool(head_facts and (head_facts.port_free or head_held))
+    head_loopback = bool(head_facts and any(h.loopback_only for h in head_facts.port_holders))
     rows = []
     for host in names:
         reply = replies[host]
@@ -264,10 +276,13 @@ def run_fleet(args: PreflightInput, progress: Progress, caller: FactsCaller | No
             checks = [unreachable_check(reply.error)]
         else:
             checks = host_checks(reply.facts, is_head=host == head, expect_gpus=args.expect_gpus, head_ok=head_ok,
-                                 clock_offset_s=offset, clock_uncertainty_s=uncertainty)
+                                 clock_offset_s=offset, clock_uncertainty_s=uncertainty, head_held=head_held,
+                                 head_loopback=head_loopback)
         rows.append(HostRow(host=host, verdict=Verdict.UNKNOWN, is_head=host == head, reachable=reply.facts is not None,
                             error=reply.error, clock_offset_s=offset, clock_uncertainty_s=uncertainty,
-                            nccl_socket_ifname=reply.facts.route.iface if reply.facts and reply.facts.route else None,
+                            route_iface=reply.facts.route.iface if reply.facts and reply.facts.route else None,
+                            nccl_socket_ifname=reply.facts.launch_env.value("NCCL_SOCKET_IFNAME") if reply.facts
+                            else None,
                             checks=checks, facts=reply.facts))
     answered = {r.host: r.facts for r in rows if r.facts is not None}
     across = fleet_checks(answered, args.expect_gpus)
@@ -291,7 +306,8 @@ def run_fleet(args: PreflightInput, progress: Progress, caller: FactsCaller | No
         reachable = [r.host for r in rows if r.reachable]
         progress(len(names), len(names) + 1, f"all-reduce across {len(reachable)} host(s)")
         result.allreduce = run_fleet_allreduce(reachable, head, head_addr, args.port, answered, args.timeout_s,
-                                               caller=node_caller)
+                                               caller=node_caller, env_args={"python": args.python, "activate":
+                                                                             args.activate, "launch": args.launch})
         verdict = fleet_verdict(rows, [*across, result.allreduce.as_fleet_check()])
         result.verdict = verdict
     result.summary = _summary(result)
@@ -343,15 +359,24 @@ def _launch(args: PreflightInput, fleet: list[FleetHost], facts: dict[str, HostF
 
 
 def _summary(result: PreflightResult) -> str:
-    bad = [f"{r.host} {r.verdict.value}" for r in result.hosts if r.verdict in (Verdict.FAIL, Verdict.WARN,
-                                                                                 Verdict.UNKNOWN)]
-    cross = [f"{c.name} {c.verdict.value}" for c in result.fleet_checks if c.verdict in (Verdict.FAIL, Verdict.WARN)]
-    text = f"{result.verdict.value}: {len(result.hosts)} host(s)"
-    if bad or cross:
-        text += " — " + "; ".join(bad + cross)
+    """The verdict, then the hosts that fail, warn and cannot be checked, each with the checks that decided it: a
+    check we could not make (no torch found) never hides a real fault on another host."""
+    groups: dict[Verdict, list[str]] = {Verdict.FAIL: [], Verdict.WARN: [], Verdict.UNKNOWN: []}
+    for row in result.hosts:
+        for verdict, names in groups.items():
+            decided = [c.name for c in row.checks if c.verdict is verdict]
+            if decided:
+                names.append(f"{row.host} ({', '.join(decided)})")
+    parts = [f"{label} {len(groups[v])}: {'; '.join(groups[v])}" for v, label in
+             ((Verdict.FAIL, "fail on"), (Verdict.WARN, "warn on"), (Verdict.UNKNOWN, "cannot check on"))
+             if groups[v]]
+    cross = [f"{c.name} {c.verdict.value} ({', '.join(c.hosts)})" for c in result.fleet_checks
+             if c.verdict in (Verdict.FAIL, Verdict.WARN)]
+    if cross:
+        parts.append("across hosts: " + "; ".join(cross))
     if result.allreduce is not None:
-        text += f" — all-reduce {result.allreduce.verdict.value}"
-    return text
+        parts.append(f"all-reduce {result.allreduce.verdict.value}")
+    return f"{result.verdict.value}: {len(result.hosts)} host(s)" + (" — " + " — ".join(parts) if parts else "")
 
 
 def _from_job(status: jobs.JobStatus) -> PreflightResult:
@@ -383,6 +408,24 @@ def preflight(args: PreflightInput, progress: Progress) -> PreflightResult:
     return _from_job(jobs.JOBS.wait(job_id, timeout_s=args.wait_s))
 
 
+FINDING_WIDTH = 110
+
+
+def _wrapped(label: str, text: str, indent: int) -> list[str]:
+    """``label`` then ``text`` wrapped to FINDING_WIDTH, continuation lines indented: nothing is cut."""
+    import textwrap
+
+    return textwrap.wrap(text, FINDING_WIDTH, initial_indent=label, subsequent_indent=" " * indent,
+                         break_on_hyphens=False, break_long_words=False) or [label]
+
+
+def _finding_lines(check, indent: int = 8) -> list[str]:
+    word = "CANNOT CHECK" if check.verdict is Verdict.UNKNOWN else check.verdict.value
+    entry = f" → {check.entry.file}#{check.entry.id}" if check.entry else ""
+    return _wrapped(f"{'':{indent - 6}}{word:<5} ", f"{check.name}: {check.observed} — {check.explanation}{entry}",
+                    indent)
+
+
 def render_preflight(result: PreflightResult) -> str:
     if not result.done:
         return f"preflight: {result.summary}\nprogress: {result.progress}"
@@ -391,23 +434,33 @@ def render_preflight(result: PreflightResult) -> str:
         rows = []
         for row in result.hosts:
             f = row.facts
-            issues = [f"{c.name}: {c.observed}" for c in row.checks if c.verdict is not Verdict.PASS]
             rows.append([row.host + (" (head)" if row.is_head else ""), row.verdict,
                          f.health.gpus_found if f else "-", (f.health.gpu_models or ["-"])[0] if f else "-",
                          f.health.driver_version if f else "-", f.torch.torch if f else "-",
-                         f.torch.nccl if f else "-", row.nccl_socket_ifname or "-", "; ".join(issues)[:90] or "-"])
-        lines += ["", format_table(["host", "verdict", "gpus", "model", "driver", "torch", "nccl", "iface",
-                                    "findings"], rows)]
-    findings = [f"{c.verdict.value:<5} {c.name}: {c.observed}\n      {c.explanation}"
-                + (f"  → {c.entry.file}#{c.entry.id}" if c.entry else "")
-                for c in result.fleet_checks if c.verdict in (Verdict.FAIL, Verdict.WARN)]
+                         f.torch.nccl if f else "-", (f.torch.display or "-") if f else "-",
+                         row.nccl_socket_ifname or "(unset)" if f else "-", row.route_iface or "-"])
+        lines += ["", format_table(["host", "verdict", "gpus", "model", "driver", "torch", "nccl", "python",
+                                    "NCCL_SOCKET_IFNAME", "to head"], rows)]
+        order = {Verdict.FAIL: 0, Verdict.UNKNOWN: 1, Verdict.WARN: 2}  # the fault first, then what was not checked
+        found = [(row.host, sorted((c for c in row.checks if c.verdict in order), key=lambda c: order[c.verdict]))
+                 for row in result.hosts]
+        across = {c.name for c in result.fleet_checks}
+        if any(checks for _, checks in found):
+            lines += ["", "findings per host (FAIL, WARN, CANNOT CHECK; every one, in full):"]
+            for host, checks in found:
+                lines += [f"  {host}:", *(line for c in checks for line in (
+                    [f"    {c.verdict.value:<5} {c.name}: this host differs (across hosts, below)"] if c.name in across
+                    else _finding_lines(c, indent=10)))] if checks else []
+    findings = [line for c in result.fleet_checks if c.verdict in (Verdict.FAIL, Verdict.WARN)
+                for line in _finding_lines(c, indent=8)]
     lines += ["", "across hosts:", *findings] if findings else []
     if result.allreduce is not None:
         from .allreduce import render_allreduce
 
         lines += ["", render_allreduce(result.allreduce)]
     if result.nccl_env:
-        lines += ["", "suggested environment:", *(f"  export {k}={v}" for k, v in result.nccl_env.items())]
+        lines += ["", "suggested environment (our recommendation from the routes, not the nodes' values):",
+                  *(f"  export {k}={v}" for k, v in result.nccl_env.items())]
     if result.launch:
         lines += ["", f"launch (every node): {result.launch}"]
     lines += [f"note: {n}" for n in result.notes]
@@ -426,9 +479,13 @@ SPECS = [
         description=(
             "Before launching on N nodes, or when a multi-node job hangs: checks every node at once (ssh hosts, "
             "a hostfile, or the Slurm allocation) — gpu_health summary, GPU model/count/memory/MIG/compute mode, "
-            "driver and CUDA, python/torch/torch.version.cuda/NCCL, free disk at checkpoint_dir, clock offset, "
+            "driver and CUDA, the torch/torch.version.cuda/NCCL of each node's training python (python=, activate=, "
+            "launch=, or found and named), the launch environment a login shell and the launch script give "
+            "(NCCL_*/GLOO_*/CUDA_VISIBLE_DEVICES/MASTER_*, NCCL's config files) checked against the node, free "
+            "disk at checkpoint_dir, clock offset, "
             "the interface that routes to the head (NCCL_SOCKET_IFNAME), InfiniBand/RoCE ports, whether each "
-            "worker reaches head:port (a TCP connect made on the worker) and whether it is free on the head. "
+            "worker reaches head:port (a TCP connect made on the worker, also to a holder) and whether it is free on "
+            "the head (the holder named; a loopback-only one said so). "
             "Then judges across hosts: torch/NCCL versions or GPU counts that differ → FAIL, driver or GPU model "
             "differences → WARN, an unreachable host → FAIL with ssh's cause; each finding cites a catalog "
             "entry. Returns the NCCL_* settings to use and the torchrun command (render_launch). allreduce=true "

@@ -18,6 +18,7 @@ from pydantic import Field
 from ..health.checks import Check
 from ..models import EntryRef, StrictModel, Verdict, worst
 from ..tables import GIB
+from ..trainenv.find import TrainingEnv, tilde
 from .facts import HostFacts
 
 MULTINODE = "references/multinode.md"
@@ -51,7 +52,10 @@ class HostRow(StrictModel):
     error: HostError | None = None
     clock_offset_s: float | None = Field(None, description="Box clock minus this machine's, seconds")
     clock_uncertainty_s: float | None = Field(None, description="± bound on the offset (half the transport time)")
-    nccl_socket_ifname: str | None = Field(None, description="The interface that routes to the head on this host")
+    route_iface: str | None = Field(None, description="The interface that routes to the head on this host: what "
+                                    "the suggested NCCL_SOCKET_IFNAME is built from")
+    nccl_socket_ifname: str | None = Field(None, description="NCCL_SOCKET_IFNAME as a launch on this host gets it "
+                                           "(login shell, launch script or NCCL's config files); None: not set")
     checks: list[Check]
     facts: HostFacts | None = None
 
@@ -92,10 +96,44 @@ def _iface_verdict(iface: str | None, is_head: bool) -> tuple[Verdict, str]:
     return Verdict.PASS, f"NCCL_SOCKET_IFNAME={iface} on this host"
 
 
+def torch_check(env: TrainingEnv) -> Check:
+    """The training stack on one host. Nothing with torch found anywhere is "cannot check" (UNKNOWN: the job may
+    use a python we did not look at), not a failure; a torch that fails to import, or a torch.distributed that
+    does, in the interpreter the job uses is a FAIL."""
+    where = f"{env.display or env.python or 'no python'} ({env.found_by})"
+    threshold = "torch and torch.distributed import in the training python"
+    if env.python is None or (env.torch is None and env.source not in ("python", "activate")):
+        searched = ", ".join(tilde(c.python) for c in env.candidates) or "nothing"
+        return _check("torch", Verdict.UNKNOWN, f"cannot check: no python with torch found (looked at {searched})",
+                      threshold, "pass python= (the interpreter the job runs with) or activate= (e.g. 'source "
+                      "~/venvs/pt/bin/activate', 'conda activate NAME') so the check reads the job's torch"
+                      + (f"; {'; '.join(env.errors.values())}" if env.errors else ""), E_NO_TORCH)
+    if env.torch is None or "torch" in env.errors or ("probe" in env.errors and not env.torch_imported):
+        why = env.errors.get("torch") or env.errors.get("probe") or env.errors.get("find") or next(
+            iter(env.errors.values()), "torch is not installed there")
+        return _check("torch", Verdict.FAIL, f"{where}: {why}", threshold, "the job's python cannot import torch: "
+                      "install the fleet's torch build into that environment (the job's, not the skill's runtime)",
+                      E_NO_TORCH)
+    versions = (f"torch {env.torch} · CUDA {env.torch_cuda or 'none (CPU build)'} · NCCL {env.nccl or '-'} · "
+                f"python {env.python_version or '?'}")
+    if not env.distributed:
+        why = env.errors.get("distributed") or "torch.distributed.is_available() is False (a build without it)"
+        return _check("torch", Verdict.FAIL, f"{versions} · {where}", threshold, f"torch imports, but "
+                      f"torch.distributed does not: {why}", E_VERSIONS)
+    partial = {k: v for k, v in env.errors.items() if k in ("cuda", "nccl", "probe")}
+    if partial:
+        return _check("torch", Verdict.WARN, f"{versions} · {where}", threshold, "read in part: " + "; ".join(
+            f"{k}: {v}" for k, v in partial.items()))
+    return _check("torch", Verdict.PASS, f"{versions} · {where}", threshold, "the job's python imports torch and "
+                  "torch.distributed")
+
+
 def host_checks(facts: HostFacts, *, is_head: bool, expect_gpus: int | None, head_ok: bool | None,
-                clock_offset_s: float | None, clock_uncertainty_s: float | None) -> list[Check]:
-    """One host's own checks. ``head_ok``: whether the head itself came up (port bound); a worker's
-    failed connect is only its fault when it did."""
+                clock_offset_s: float | None, clock_uncertainty_s: float | None, head_held: bool = False,
+                head_loopback: bool = False) -> list[Check]:
+    """One host's own checks. ``head_ok``: something listened on the head's port (our listener, or the
+    process that holds it: ``head_held``, ``head_loopback`` when that one listens on loopback only); a
+    worker's failed connect is only its fault when something did."""
     health = facts.health
     first = next((c.entry for c in health.findings if c.verdict is health.verdict and c.entry), None)
     checks = [_check("gpu_health", health.verdict, health.summary, "gpu_health PASS or WARN",
@@ -105,15 +143,7 @@ def host_checks(facts: HostFacts, *, is_head: bool, expect_gpus: int | None, hea
         checks.append(_check("gpu_count", Verdict.PASS if ok else Verdict.FAIL, str(health.gpus_found),
                              f"≥ {expect_gpus}", "as expected" if ok else
                              "fewer GPUs than the launch will start ranks for: invalid device ordinal", E_VERSIONS))
-    torch = facts.torch
-    if torch.torch is None:
-        checks.append(_check("torch", Verdict.FAIL, torch.error or "torch missing", "torch imports",
-                             f"Install the same torch as the other nodes into {torch.python_executable} (or point "
-                             "the runtime at the python that has it)", E_NO_TORCH))
-    else:
-        checks.append(_check("torch", Verdict.PASS, f"torch {torch.torch} · CUDA {torch.torch_cuda or 'none (CPU)'}"
-                             f" · NCCL {torch.nccl or '-'} · python {torch.python}", "imports",
-                             "torch imports in the runtime's python"))
+    checks.append(torch_check(facts.torch))
     if facts.disk_free_bytes is None:
         checks.append(_check("disk", Verdict.UNKNOWN, facts.disk_detail, f"≥ {DISK_WARN_BYTES // GIB} GiB free",
                              "free space where checkpoints go could not be read", E_DISK))
@@ -131,28 +161,49 @@ def host_checks(facts: HostFacts, *, is_head: bool, expect_gpus: int | None, hea
                              f"within {CLOCK_WARN_S:g} s",
                              "logs of different nodes will not line up; enable NTP (chrony/timesyncd)" if off
                              else "clock agrees with this machine"))
-    if facts.route is not None:
+    if facts.route is not None and not facts.head_resolves_to:
+        checks.append(_check("route_to_head", Verdict.FAIL, facts.route.detail, "the head's name resolves here",
+                             "the launch as written cannot find its head from this node: use an address every node "
+                             "resolves (the head's private IP), or add the name to DNS or /etc/hosts", E_MASTER))
+    elif facts.route is not None:
         verdict, why = _iface_verdict(facts.route.iface, is_head)
         checks.append(_check("route_to_head", verdict, f"{facts.route.iface or '?'} ({facts.route.detail})",
                              "a real NIC shared with the head", why, E_WRONG_IFACE if verdict is not Verdict.PASS
                              else None))
     if is_head and facts.port_free is not None:
-        checks.append(_check("head_port", Verdict.PASS if facts.port_free else Verdict.FAIL, facts.port_detail,
-                             "free on the head", "the rendezvous can bind it" if facts.port_free else
-                             "something already holds the rendezvous port: torchrun's store cannot bind it",
-                             None if facts.port_free else E_PORT_BUSY))
-    if not is_head and facts.head_connect is not None:
+        checks.append(_head_port_check(facts))
+    if not is_head and facts.head_connect not in (None, "unresolvable"):  # unresolvable: route_to_head says it
         if facts.head_connect == "ok":
             checks.append(_check("head_reachable", Verdict.PASS, facts.head_connect_detail, "TCP connect succeeds",
-                                 "this worker reaches the rendezvous port"))
+                                 "this worker reaches the rendezvous port" + (
+                                     " (the process holding it answered; the port itself is still taken)"
+                                     if head_ok and head_held else "")))
         else:
             verdict = Verdict.FAIL if head_ok else Verdict.UNKNOWN
             why = ("this worker cannot open the head's rendezvous port: it would never join (firewall, security "
-                   "group, wrong address)" if head_ok else "the head did not hold the port open, so this "
-                   "connect proves nothing")
+                   "group, wrong address)" if head_ok else "nothing listened on the head's port (the head did "
+                   "not answer, or the port is taken by a socket that does not listen), so this connect proves "
+                   "nothing")
+            if head_ok and head_loopback:
+                why = ("refused: the process holding the head's port listens on loopback only, so no other "
+                       "machine can connect to it")
             checks.append(_check("head_reachable", verdict, f"{facts.head_connect}: {facts.head_connect_detail}",
                                  "TCP connect succeeds", why, E_MASTER))
+    checks += [c for c in facts.env_checks if c.verdict is not Verdict.SKIP]
     return checks
+
+
+def _head_port_check(facts: HostFacts) -> Check:
+    if facts.port_free:
+        return _check("head_port", Verdict.PASS, facts.port_detail, "free on the head", "the rendezvous can bind it")
+    holders = "; ".join(f"pid {h.pid or '?'} ({h.command}) listening on {', '.join(h.listening_on)}"
+                        + (" — loopback only" if h.loopback_only else "") for h in facts.port_holders)
+    why = "something already holds the rendezvous port: torchrun's store cannot bind it"
+    if any(h.loopback_only for h in facts.port_holders):
+        why += (". It listens on loopback only (127.0.0.1/::1): a run started with --master-addr=localhost or "
+                "--standalone, which no other node could join even while it runs")
+    return _check("head_port", Verdict.FAIL, f"{facts.port_detail}" + (f": {holders}" if holders else ""),
+                  "free on the head", why, E_PORT_BUSY)
 
 
 def _groups(values: dict[str, str]) -> tuple[str, list[str]]:
@@ -197,6 +248,13 @@ def fleet_checks(facts: dict[str, HostFacts], expect_gpus: int | None) -> list[F
         checks.append(_same("gpu_count", values(lambda f: f.health.gpus_found), Verdict.FAIL,
                             "torchrun starts the same --nproc-per-node on every node; a node with fewer GPUs "
                             "fails with an invalid device ordinal", E_VERSIONS))
+    checks.append(_same("training_python", values(lambda f: f.torch.display), Verdict.WARN,
+                        "the job's python was found in different places (see each host's torch.found_by): check "
+                        "that every node runs the same environment, or pass python=/activate=", E_VERSIONS))
+    checks.append(_same("python_version", values(lambda f: f.torch.python_version), Verdict.WARN,
+                        "ranks on different Python versions can disagree on pickled objects and on package builds",
+                        E_VERSIONS))
+    checks += launch_env_checks(facts)
     rdma = {h: any(p.active for p in f.ib_ports) for h, f in facts.items()}
     if any(rdma.values()) and not all(rdma.values()):
         without = [h for h, v in rdma.items() if not v]
@@ -204,6 +262,42 @@ def fleet_checks(facts: dict[str, HostFacts], expect_gpus: int | None) -> list[F
                                  f"{', '.join(without)}", explanation="NCCL falls back to TCP sockets on nodes "
                                  "without RDMA, and the whole collective runs at that speed", hosts=without,
                                  entry=E_TCP_FALLBACK))
+    return checks
+
+
+#: Logging switches: nodes may differ in them without harm.
+_LOGGING_ONLY = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "TORCH_DISTRIBUTED_DEBUG",
+                           "TORCH_CPP_LOG_LEVEL", "NCCL_CONF_FILE"})
+#: Must be identical on every node, or the ranks look for different heads.
+_SAME_EVERYWHERE = frozenset({"MASTER_ADDR", "MASTER_PORT", "PET_MASTER_ADDR", "PET_MASTER_PORT",
+                              "PET_RDZV_ENDPOINT"})
+
+
+def launch_env_checks(facts: dict[str, HostFacts]) -> list[FleetCheck]:
+    """The launch environments side by side: a setting some nodes have and others lack or set differently, and
+    the launch script's hash (the same file everywhere, or not there at all)."""
+    checks = []
+    names = sorted({s.name for f in facts.values() for s in f.launch_env.settings} - _LOGGING_ONLY)
+    for name in names:
+        values = {h: f.launch_env.value(name) or "(unset)" for h, f in facts.items()}
+        if len(set(values.values())) > 1:
+            severe = name in _SAME_EVERYWHERE
+            check = _same(f"env {name}", values, Verdict.FAIL if severe else Verdict.WARN,
+                          "every node must point at the same head" if severe else
+                          "the nodes' launch environments set this differently (login shell, launch script or "
+                          "NCCL's config files; each host's facts.launch_env says where): NCCL and gloo then "
+                          "behave differently per node", E_MASTER if severe else E_VERSIONS)
+            checks.append(check)
+    scripts = {h: f.launch_env.script for h, f in facts.items() if f.launch_env.script is not None}
+    if scripts:
+        missing = [h for h, sc in scripts.items() if sc.sha256 is None]
+        hashes = {h: (sc.sha256 or "")[:12] for h, sc in scripts.items() if sc.sha256}
+        if missing:
+            checks.append(FleetCheck(name="launch_script", verdict=Verdict.FAIL, observed="; ".join(
+                f"{h}: {scripts[h].error}" for h in missing), explanation="the launch script is missing or "
+                "unreadable on these nodes", hosts=missing, entry=E_VERSIONS))
+        checks.append(_same("launch_script", hashes, Verdict.WARN, "the launch script differs between nodes "
+                            "(sha256 shown): copy one version everywhere", E_VERSIONS))
     return checks
 
 

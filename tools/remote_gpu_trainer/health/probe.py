@@ -257,6 +257,15 @@ def _summary(verdict: Verdict, host: list[Check], gpus: list[GpuReport]) -> str:
     return f"{verdict}: {text}{more}"
 
 
+def with_host_check(report: HealthReport, check: Check) -> HealthReport:
+    """``report`` with one more host check, its verdict, exit status and summary judged again."""
+    host = [*report.host_checks, check]
+    verdict = worst([c.verdict for c in host] + [g.verdict for g in report.gpus])
+    no_gpu = report.exit_code == EXIT_NO_GPU
+    return report.model_copy(update={"host_checks": host, "verdict": verdict, "summary": _summary(
+        verdict, host, report.gpus), "exit_code": _verdict_exit(verdict, no_gpu)})
+
+
 def select_indices(indices: list[int] | None, count: int) -> list[int]:
     if not indices:
         return list(range(count))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
@@ -19,9 +20,12 @@ from ..toolspec import Progress, ToolSpec
 from .backend import NvmlBackend, NvmlProcessBackend
 from .checks import Check
 from .holders import ProcessSource
-from .probe import EXIT_CODES_DOC, HealthReport, probe
+from .probe import EXIT_CODES_DOC, HealthReport, probe, with_host_check
 from .xid import KernelLog, read_kernel_log
 from .zombies import ReapInput, ZombieReport, reap
+
+if TYPE_CHECKING:
+    from ..trainenv.launch import Setting
 
 FAKE_ENV = "RGT_HEALTH_FAKE"
 
@@ -50,10 +54,36 @@ def _sources() -> tuple[NvmlBackend, ProcessSource | None, Callable[[], KernelLo
     return NvmlProcessBackend(), None, read_kernel_log
 
 
-def gpu_health(args: HealthInput, progress: Progress) -> HealthReport:
+def probe_gpus(args: HealthInput, progress: Progress) -> HealthReport:
+    """What NVML says, nothing about the launch environment (the fleet check reads that itself)."""
     backend, processes, kernel_log = _sources()
     return probe(backend, expect_gpus=args.expect_gpus, indices=args.indices, sample_s=args.sample_s,
                  timeout_s=args.timeout_s, kernel_log=kernel_log, processes=processes, progress=progress)
+
+
+def launch_cuda_visible() -> Setting | None:
+    """``CUDA_VISIBLE_DEVICES`` as a launch here gets it. On a box (the runtime serving a session) that is the
+    login shell's, which ``ssh box cmd`` never sees; run locally, it is the caller's own environment."""
+    from ..trainenv.find import is_box_runtime
+    from ..trainenv.launch import Setting
+
+    if not is_box_runtime():
+        value = os.environ.get("CUDA_VISIBLE_DEVICES")
+        return None if value is None else Setting(name="CUDA_VISIBLE_DEVICES", value=value, source="this shell")
+    from ..trainenv.launch import read_launch_env
+    from ..trainenv.login import read_login_env
+
+    return read_launch_env(read_login_env()).get("CUDA_VISIBLE_DEVICES")
+
+
+def gpu_health(args: HealthInput, progress: Progress) -> HealthReport:
+    report = probe_gpus(args, progress)
+    if report.gpus_found == 0:  # nothing the variable could hide; keep the no-driver answer instant
+        return report
+    from ..trainenv.launch import cuda_visible_check
+
+    check = cuda_visible_check(launch_cuda_visible(), report.gpus_found, [g.uuid for g in report.gpus])
+    return with_host_check(report, check) if check else report
 
 
 def reap_vram_zombies(args: ReapInput, progress: Progress) -> ZombieReport:
@@ -157,7 +187,9 @@ SPECS = [
             "(Exclusive Process → WARN: breaks multi-process launches; Prohibited → FAIL), persistence, "
             "MIG, NVSwitch fabric state, NVLink, processes holding VRAM (classified: active/orphan/zombie/"
             "D-state/namespaced/phantom) and VRAM no process accounts for, and XIDs from the kernel log "
-            "(SKIP when a container hides the host kernel log, UNKNOWN when unreadable on a host). Every "
+            "(SKIP when a container hides the host kernel log, UNKNOWN when unreadable on a host), and the launch "
+            "environment's CUDA_VISIBLE_DEVICES (on a box: what a login shell exports, which ssh commands never "
+            "see; NVML ignores it): WARN when it hides GPUs, FAIL when it names none of them. Every "
             "check has a verdict (PASS/WARN/FAIL/"
             "UNKNOWN/SKIP), the observed value, the threshold, one line of explanation and a catalog "
             "entry; an unreadable signal is never PASS. NVML runs in its own worker process with a timeout, "

@@ -84,14 +84,21 @@ class MeasureError(RuntimeError):
     """The measurement could not run (timeout, crash, unsupported op); the text says why."""
 
 
+class TorchMissing(MeasureError):
+    """torch does not import in the training interpreter: an environment fact, not a failed measurement."""
+
+    def __init__(self, reason: str, python: str):
+        super().__init__(reason)
+        self.reason, self.python = reason, python
+
+
 # ---- parent side -----------------------------------------------------------------------------------
-def run_measurement(job: MeasureJob, timeout_s: float,
-                    progress: Callable[[float, float | None, str], None]) -> MeasureResult:
-    """Run ``job`` in a child process; forward its progress; kill it after ``timeout_s`` seconds."""
-    cmd = [sys.executable, "-m", "remote_gpu_trainer.memory.measured"]
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
-    src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p)
+def run_measurement(job: MeasureJob, timeout_s: float, progress: Callable[[float, float | None, str], None],
+                    python: str, env: dict[str, str]) -> MeasureResult:
+    """Run ``job`` in a child process of the training interpreter ``python`` with environment ``env``
+    (trainenv/child.py); forward its progress; kill it after ``timeout_s`` seconds."""
+    cmd = [python, "-m", "remote_gpu_trainer.memory.measured"]
+    env = {**env, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
     child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, env=env, start_new_session=True)
     tail: list[str] = []
@@ -135,6 +142,9 @@ def run_measurement(job: MeasureJob, timeout_s: float,
     while not updates.empty():
         progress(*updates.get_nowait())
     out = "".join(stdout)
+    if child.returncode == EXIT_NO_TORCH and out.strip():
+        missing = json.loads(out.strip().splitlines()[-1])
+        raise TorchMissing(missing["torch_missing"], missing["python"])
     if child.returncode != 0 or not out.strip():
         detail = "".join(tail).strip().splitlines()
         raise MeasureError(f"measurement worker failed (exit {child.returncode}): "
@@ -400,8 +410,16 @@ def _peak_total(tracker) -> int:
     return int(sum(dev.get("Total", 0) for dev in snap.values()))
 
 
+EXIT_NO_TORCH = 3
+
+
 def main() -> int:
     job = MeasureJob(**json.loads(sys.stdin.read()))
+    try:
+        import torch  # noqa: F401
+    except ImportError as err:  # an environment fact: the parent says how to add torch
+        print(json.dumps({"torch_missing": str(err), "python": sys.executable}), flush=True)
+        return EXIT_NO_TORCH
     result = measure(job)
     print(json.dumps(asdict(result)), flush=True)
     return 0

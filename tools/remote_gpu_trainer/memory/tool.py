@@ -8,7 +8,6 @@ child process, and render GiB tables for the CLI. Nothing heavy is imported here
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import replace
 from typing import Annotated, Literal
 
@@ -18,6 +17,9 @@ from ..errors import InputError
 from ..models import EntryRef, StrictModel, Verdict
 from ..tables import GIB, format_table, gib
 from ..toolspec import Progress, ToolSpec
+from ..torch_hint import no_training_torch, torch_missing
+from ..trainenv.child import child_environ
+from ..trainenv.find import ActivateText, PythonPath, TrainingEnv, activate_field, find_training_env
 from . import advice as ladder
 from .analytic import BYTES, FSDP, ZERO, Breakdown, Setup, estimate
 from .architecture import Architecture, load_architecture, presets
@@ -105,6 +107,10 @@ class MemoryInput(StrictModel):
                           "memory tracker (child process, any world size) and compare. Seconds for small models, "
                           "minutes for 7B+.")
     measure_timeout_s: float = Field(600, ge=10, le=3600, description="Time limit for measure=true, seconds.")
+    python: PythonPath = Field(None, min_length=1, max_length=4096, description="measure=true: the training "
+                               "interpreter to measure with (absolute or ~ path); default: found (the result's "
+                               "training_env says which and how)")
+    activate: ActivateText = activate_field()
 
 
 class PhaseOut(StrictModel):
@@ -201,6 +207,8 @@ class MemoryOutput(StrictModel):
     measured: MeasuredOut | None
     measured_skipped: str | None = Field(None, description="Why measure=true did not run (e.g. torch is not "
                                          "installed here) and how to enable it; the CLI exits 4 in that case")
+    training_env: TrainingEnv | None = Field(None, description="measure=true: the interpreter measured with and how "
+                                             "it was found")
 
 
 # ---- resolving the input --------------------------------------------------------------------------
@@ -459,24 +467,7 @@ def _deepspeed(b: Breakdown) -> DeepSpeedOut | None:
 
 
 # ---- measured mode ---------------------------------------------------------------------------------------
-TORCH_HINT = ("pip install 'remote-gpu-trainer[torch]' (the project's torch extra; on a GPU box keep the CUDA "
-              "build you already have)")
-
-
-def torch_missing() -> str | None:
-    """Why measured mode cannot run here, or None. Checked without importing torch (fast start)."""
-    import importlib.util
-
-    try:
-        found = importlib.util.find_spec("torch")
-    except (ImportError, ValueError):
-        found = None
-    if found is None:
-        return f"torch is not installed in this Python ({sys.executable}); to measure, {TORCH_HINT}."
-    return None
-
-
-def _measure(setup: Setup, args: MemoryInput, progress: Progress) -> MeasuredOut:
+def _measure(setup: Setup, args: MemoryInput, progress: Progress, training: TrainingEnv) -> MeasuredOut:
     from dataclasses import asdict
 
     from .measured import (
@@ -484,6 +475,7 @@ def _measure(setup: Setup, args: MemoryInput, progress: Progress) -> MeasuredOut
         MEASURABLE_STRATEGIES,
         MeasureError,
         MeasureJob,
+        TorchMissing,
         measured_unsupported,
         run_measurement,
     )
@@ -548,7 +540,9 @@ def _measure(setup: Setup, args: MemoryInput, progress: Progress) -> MeasuredOut
                      attention=setup.attention, lora_rank=setup.lora_rank, lora_targets=list(setup.lora_targets),
                      adapter_dtype=adapter)
     try:
-        result = run_measurement(job, args.measure_timeout_s, progress)
+        result = run_measurement(job, args.measure_timeout_s, progress, training.python, child_environ(training))
+    except TorchMissing:
+        raise  # an environment fact: the caller reports it as measured_skipped
     except MeasureError as err:
         raise InputError("measure", str(err)) from None
     twin_b = estimate(twin)
@@ -587,10 +581,16 @@ def fsdp_memory_estimate(args: MemoryInput, progress: Progress) -> MemoryOutput:
         verdict = Verdict.FAIL
     progress(1, 3 if args.measure else 2, "advice")
     rungs = ladder.ladder(setup, b) if verdict is not Verdict.PASS else []
-    measured, skipped = None, None
+    measured, skipped, training = None, None, None
     if args.measure:
-        skipped = torch_missing()
-        measured = None if skipped else _measure(setup, args, progress)
+        from .measured import TorchMissing
+
+        training = find_training_env(args.python, args.activate)
+        skipped = None if training.python and training.has_torch else no_training_torch(training)
+        try:
+            measured = None if skipped else _measure(setup, args, progress, training)
+        except TorchMissing as err:
+            skipped = torch_missing(err.reason, err.python)
     arch = setup.arch
     mode, advice_note = ladder.advice_mode(setup, rungs)
     return MemoryOutput(
@@ -618,7 +618,8 @@ def fsdp_memory_estimate(args: MemoryInput, progress: Progress) -> MemoryOutput:
         advice=[AdviceOut(action=r.action, cost=r.cost, saves_bytes=r.saves_bytes,
                           total_after_bytes=r.total_after_bytes, fits_after=r.fits_after, ref=_ref(r.ref))
                 for r in rungs],
-        advice_mode=mode, advice_note=advice_note, measured=measured, measured_skipped=skipped)
+        advice_mode=mode, advice_note=advice_note, measured=measured, measured_skipped=skipped,
+        training_env=training)
 
 
 #: CLI exit status when measure=true cannot run because torch is missing: the "environment" status that
@@ -663,7 +664,8 @@ def render(out: MemoryOutput) -> str:
                      f"(headroom {gib(out.headroom_bytes)}){more}")
     if out.measured:
         m = out.measured
-        parts.append(f"measured ({m.seconds:.0f} s, fake tensors): peak {gib(m.peak_bytes)}; analytic "
+        where = f" with {out.training_env.brief()}" if out.training_env else ""
+        parts.append(f"measured ({m.seconds:.0f} s, fake tensors{where}): peak {gib(m.peak_bytes)}; analytic "
                      f"{gib(m.analytic_peak_bytes)}; analytic/measured {m.ratio:.3f}")
     if out.measured_skipped:
         parts.append(f"measure: not run — {out.measured_skipped}")

@@ -20,8 +20,9 @@ from typing import Literal
 from pydantic import Field
 
 from ..models import EntryRef, StrictModel, Verdict
+from ..trainenv.find import ActivateText, PythonPath, TrainingEnv, activate_field, python_field
 from . import cases
-from .results import CaseResult
+from .results import CaseResult, entry_ref
 
 Dtype = Literal["fp32", "fp16", "bf16"]
 Confidence = Literal["certain", "likely", "possible"]
@@ -72,6 +73,8 @@ class AmpCheckInput(StrictModel):
     confirm: bool = Field(False, description="Run the matching repro variant of every prediction on this "
                                              "machine's torch (seconds; uses the repro worker)")
     timeout_s: float = Field(120.0, ge=1, le=1800, description="Per-variant time limit for confirm runs, seconds")
+    python: PythonPath = python_field()
+    activate: ActivateText = activate_field()
 
 
 class Prediction(StrictModel):
@@ -112,6 +115,8 @@ class AmpCheckResult(StrictModel):
     torch_version: str | None = None
     torch_missing: str | None = Field(None, description="confirm=true could not run because torch does not import "
                                                         "here: why, and how to add it (confirmations are not_run)")
+    training_env: TrainingEnv | None = Field(None, description="confirm=true: the interpreter the variants ran "
+                                             "under and how it was found")
 
 
 @dataclass(frozen=True)
@@ -151,7 +156,7 @@ def _predict(failure: str, variant: str | None, confidence: Confidence, why: str
     return Prediction(case=repro_case.name, repro_variant=variant, confidence=confidence,
                       failure=failure_text or failure_class.title, why=why, condition=condition,
                       fix=fix or (chosen.fix if chosen else failure_class.default.fix),
-                      entry=repro_case.entry_for(chosen) if chosen else failure_class.entry)
+                      entry=entry_ref(repro_case.entry_for(chosen) if chosen else failure_class.entry))
 
 
 def _fp16_unscale(s: Setup) -> Prediction | None:

@@ -12,7 +12,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..models import EntryRef
+
+@dataclass(frozen=True)
+class CatalogRef:
+    """A catalog entry (file, ID). Plain data, not the pydantic ``EntryRef``: the case modules also import in the
+    training interpreter, which has torch and the standard library only (trainenv/child.py); the judging side
+    turns it into an ``EntryRef`` (``results.entry_ref``)."""
+
+    file: str
+    id: str
 
 
 @dataclass(frozen=True)
@@ -45,7 +53,7 @@ class Variant:
     """The exact error comes from a CUDA kernel; on CPU the same code runs without it."""
     cuda_note: str = ""
     """For ``cuda_only``: what happens on CPU and what CUDA raises instead."""
-    entry: EntryRef | None = None
+    entry: CatalogRef | None = None
     """Catalog entry when it differs from the case's (e.g. an FSDP variant of an AMP failure)."""
 
 
@@ -55,7 +63,7 @@ class Case:
     title: str
     why: str
     """The mechanism in two sentences: why torch raises (or misbehaves) here."""
-    entry: EntryRef
+    entry: CatalogRef
     variants: tuple[Variant, ...]
     distributed: bool = False
     """Runs its own ranks (forked from the worker), always on CPU with gloo."""
@@ -70,7 +78,7 @@ class Case:
                 return v
         raise KeyError(name)
 
-    def entry_for(self, variant: Variant) -> EntryRef:
+    def entry_for(self, variant: Variant) -> CatalogRef:
         return variant.entry or self.entry
 
 

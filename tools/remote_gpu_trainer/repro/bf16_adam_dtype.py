@@ -15,8 +15,7 @@ check (the ``fp16_grads_foreach`` variant, reproduced on CPU). Both texts are th
 
 from __future__ import annotations
 
-from ..models import EntryRef
-from .base import Case, Expect, Observed, Variant
+from .base import Case, CatalogRef, Expect, Observed, Variant
 
 LERP = r"expected dtype \w+ for `end` but got dtype"
 FOREACH = r"Tensors of the same index must be on the same device and the same dtype except `step` tensors"
@@ -39,7 +38,7 @@ CASE = Case(
     title="expected dtype float for `end` but got dtype c10::BFloat16",
     why="Adam/AdamW state (exp_avg) has the param's dtype; lerp_ with a grad of another dtype fails. "
         "The grad and the optimizer state must share one dtype.",
-    entry=EntryRef(file="references/training/precision-stability.md", id="AMP-03"),
+    entry=CatalogRef(file="references/training/precision-stability.md", id="AMP-03"),
     variants=(
         Variant(
             name="lowprec_grads",

@@ -9,8 +9,7 @@ scaling at all; the fix is autocast(bfloat16) without a scaler.
 
 from __future__ import annotations
 
-from ..models import EntryRef
-from .base import Case, Expect, Observed, Variant
+from .base import Case, CatalogRef, Expect, Observed, Variant
 
 EXPECT_CUDA = Expect(("NotImplementedError", "RuntimeError"),
                      r"_amp_foreach_non_finite_check_and_unscale_cuda\" not implemented for 'BFloat16'")
@@ -25,7 +24,7 @@ CASE = Case(
           "'BFloat16')",
     why="GradScaler's inf check/unscale kernel on CUDA has no BFloat16 implementation, and bf16 needs no loss "
         "scaling: a scaler with bf16 grads is a config error (often fp16=True with a bf16 model or adapters).",
-    entry=EntryRef(file="references/training/precision-stability.md", id="AMP-04"),
+    entry=CatalogRef(file="references/training/precision-stability.md", id="AMP-04"),
     variants=(
         Variant(
             name="bf16_model",

@@ -10,8 +10,7 @@ non-finite grad norm.
 
 from __future__ import annotations
 
-from ..models import EntryRef
-from .base import Case, Expect, Observed, Variant
+from .base import Case, CatalogRef, Expect, Observed, Variant
 
 EXPECT = Expect(("RuntimeError",), r"unscale_\(\) has already been called on this optimizer since the last update")
 
@@ -20,7 +19,7 @@ CASE = Case(
     title="unscale_() has already been called on this optimizer since the last update()",
     why="Only scaler.update() resets the per-optimizer UNSCALED stage, so two unscale_() calls per optimizer "
         "step (two clipping sites, clipping every micro-step, or skipping update()) raise.",
-    entry=EntryRef(file="references/training/precision-stability.md", id="AMP-05"),
+    entry=CatalogRef(file="references/training/precision-stability.md", id="AMP-05"),
     variants=(
         Variant(
             name="double_clip",
@@ -83,7 +82,7 @@ CASE = Case(
  torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
  scaler.step(opt)
  scaler.update()""",
-            entry=EntryRef(file="references/training/precision-stability.md", id="AMP-12"),
+            entry=CatalogRef(file="references/training/precision-stability.md", id="AMP-12"),
         ),
     ),
 )

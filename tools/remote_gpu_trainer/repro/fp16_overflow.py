@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import math
 
-from ..models import EntryRef
-from .base import Case, Observed, Variant
+from .base import Case, CatalogRef, Observed, Variant
 
 STEPS = 40
 
@@ -21,7 +20,7 @@ CASE = Case(
     title="fp16 overflow: NaN/inf loss, skipped steps, collapsing loss scale",
     why="Values above 65504 become inf in fp16; GradScaler skips every step whose grads are non-finite and "
         "halves the scale, so a forward-pass overflow freezes training while the scale collapses.",
-    entry=EntryRef(file="references/training/precision-stability.md", id="AMP-06"),
+    entry=CatalogRef(file="references/training/precision-stability.md", id="AMP-06"),
     variants=(
         Variant(
             name="act_overflow",
@@ -60,7 +59,7 @@ CASE = Case(
             summary="model.half() trained with Adam and no scaler (eps=1e-8 underflows to 0 in fp16)",
             expect=None,
             fix="Keep fp32 master weights: fp32 model, autocast(float16) and a GradScaler.",
-            entry=EntryRef(file="references/training/precision-stability.md", id="AMP-08"),
+            entry=CatalogRef(file="references/training/precision-stability.md", id="AMP-08"),
             diff="""\
 -model = build_model().half()
 +model = build_model()                        # fp32 master weights

@@ -8,8 +8,7 @@ parameters in fp32 and lets autocast run the matmuls in fp16.
 
 from __future__ import annotations
 
-from ..models import EntryRef
-from .base import Case, Expect, Observed, Variant
+from .base import Case, CatalogRef, Expect, Observed, Variant
 
 EXPECT = Expect(("ValueError",), r"Attempting to unscale FP16 gradients")
 
@@ -18,7 +17,7 @@ CASE = Case(
     title="Attempting to unscale FP16 gradients",
     why="GradScaler only unscales grads of fp32 (master) params; fp16 trainable params give fp16 grads, "
         "which unscale_() rejects (also when step() calls unscale_() for you).",
-    entry=EntryRef(file="references/training/precision-stability.md", id="AMP-01"),
+    entry=CatalogRef(file="references/training/precision-stability.md", id="AMP-01"),
     variants=(
         Variant(
             name="lora_clip",

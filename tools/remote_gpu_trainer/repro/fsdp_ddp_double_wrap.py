@@ -21,15 +21,14 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from ..models import EntryRef
-from .base import Case, Expect, Observed, Raised, Variant
+from .base import Case, CatalogRef, Expect, Observed, Raised, Variant
 
 WORLD = 2
 TIMEOUT_S = 60.0
 """Per phase (bug or fix) for all ranks together; the worker lowers it to the request's timeout."""
 
-FSDP_ENTRY = EntryRef(file="references/training/distributed-launch.md", id="DIST-17")
-SCALER_ENTRY = EntryRef(file="references/training/distributed-launch.md", id="DIST-24")
+FSDP_ENTRY = CatalogRef(file="references/training/distributed-launch.md", id="DIST-17")
+SCALER_ENTRY = CatalogRef(file="references/training/distributed-launch.md", id="DIST-24")
 
 CASE = Case(
     name="fsdp_ddp_double_wrap",
@@ -102,7 +101,7 @@ CASE = Case(
 +                    keep_low_precision_grads=False)
  model = FSDP(model, mixed_precision=mp)
  opt = torch.optim.AdamW(model.parameters())""",
-            entry=EntryRef(file="references/training/distributed-launch.md", id="DIST-23"),
+            entry=CatalogRef(file="references/training/distributed-launch.md", id="DIST-23"),
         ),
         Variant(
             name="fsdp_opt_before_wrap",
@@ -113,7 +112,7 @@ CASE = Case(
 -opt = torch.optim.AdamW(model.parameters())
  model = FSDP(model)
 +opt = torch.optim.AdamW(model.parameters())""",
-            entry=EntryRef(file="references/training/distributed-launch.md", id="DIST-25"),
+            entry=CatalogRef(file="references/training/distributed-launch.md", id="DIST-25"),
         ),
     ),
 )

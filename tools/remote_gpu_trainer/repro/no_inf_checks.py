@@ -8,8 +8,7 @@ before LoRA/FSDP wrapping replaced or froze them, or everything is frozen.
 
 from __future__ import annotations
 
-from ..models import EntryRef
-from .base import Case, Expect, Observed, Variant
+from .base import Case, CatalogRef, Expect, Observed, Variant
 
 EXPECT = Expect(("AssertionError",), r"No inf checks were recorded")
 
@@ -18,7 +17,7 @@ CASE = Case(
     title="No inf checks were recorded for this optimizer",
     why="scaler.step() found no param with a .grad in the optimizer: the optimizer holds params that are not "
         "in the graph (built before wrapping) or nothing trainable produced a gradient.",
-    entry=EntryRef(file="references/training/precision-stability.md", id="AMP-02"),
+    entry=CatalogRef(file="references/training/precision-stability.md", id="AMP-02"),
     variants=(
         Variant(
             name="stale_optimizer",

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from ..models import EntryRef, StrictModel
-from .base import Case, Variant
+from .base import Case, CatalogRef, Variant
 
 Status = Literal["reproduced", "cuda_only", "not_reproduced", "different_error", "timeout", "crashed", "not_run"]
 
@@ -110,11 +110,16 @@ def _bug_status(case: Case, variant: Variant, raw: dict[str, Any]) -> tuple[Stat
     return "not_reproduced", "the bug code ran clean on this torch/device: it may have changed this behaviour"
 
 
+def entry_ref(ref: CatalogRef) -> EntryRef:
+    """A case module's plain catalog reference as the result models carry it."""
+    return EntryRef(file=ref.file, id=ref.id)
+
+
 def judge(case: Case, variant: Variant, raw: dict[str, Any], torch_version: str | None) -> CaseResult:
     """One :class:`CaseResult` from a raw worker result or a runner failure record."""
     common = {"case": case.name, "variant": variant.name, "summary": variant.summary, "why": case.why,
               "cuda_only": variant.cuda_only, "fix": variant.fix, "fix_diff": variant.diff,
-              "torch_version": torch_version, "entry": case.entry_for(variant)}
+              "torch_version": torch_version, "entry": entry_ref(case.entry_for(variant))}
     if "status" in raw:  # timeout / crashed before the worker could report
         return CaseResult(**common, status=raw["status"], reproduced=False, note=raw["detail"], fixed_ok=None,
                           device=None, seconds=None)

@@ -14,23 +14,22 @@ import os
 import queue
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
 from ..toolspec import Progress, no_progress
-from ..torch_hint import INSTALL_HINT, torch_missing
+from ..torch_hint import INSTALL_HINT, no_training_torch, torch_missing
+from ..trainenv.child import child_environ
+from ..trainenv.find import TrainingEnv, find_training_env
 
 IMPORT_TIMEOUT_S = 180.0
 """Limit for interpreter start + ``import torch`` + the first optimizer (2–8 s on a busy 2-core box)."""
 GRACE_S = 0.5
 """Slack past a job's limit for its result line to arrive (distributed ranks get less than the limit)."""
-PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 
 
 @dataclass(frozen=True)
@@ -52,6 +51,8 @@ class WorkerRun:
     notes: list[str] = field(default_factory=list)
     torch_missing: str | None = None
     """Set when the worker could not import torch: what happened and how to add it (jobs are ``not_run``)."""
+    training: TrainingEnv | None = None
+    """The interpreter the workers ran under, and how it was found."""
 
 
 def failed(job: Job, status: str, detail: str) -> dict[str, Any]:
@@ -59,10 +60,9 @@ def failed(job: Job, status: str, detail: str) -> dict[str, Any]:
     return {"case": job.case, "variant": job.variant, "status": status, "detail": detail}
 
 
-def _worker_env(device: str, extra: dict[str, str] | None) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
-    env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"  # is_available() without initialising CUDA before the fork
+def _worker_env(training: TrainingEnv, device: str, extra: dict[str, str] | None) -> dict[str, str]:
+    # is_available() without initialising CUDA before the fork
+    env = child_environ(training, {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"})
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
     env.update(extra or {})
@@ -113,7 +113,7 @@ def _describe_exit(rc: int | None, stderr_tail: str) -> str:
 
 
 def _run_once(jobs: list[Job], pending: list[int], run: WorkerRun, device: str, timeout_s: float,
-              progress: Progress, extra_env: dict[str, str] | None, total: int) -> bool:
+              progress: Progress, extra_env: dict[str, str] | None, total: int, training: TrainingEnv) -> bool:
     """Run ``pending`` job indexes in one worker; return False if the worker cannot run at all."""
     request = {"jobs": [{"case": jobs[i].case, "variant": jobs[i].variant} for i in pending],
                "device": device, "timeout_s": timeout_s}
@@ -121,9 +121,9 @@ def _run_once(jobs: list[Job], pending: list[int], run: WorkerRun, device: str, 
         stderr_path = err.name
     try:
         with open(stderr_path, "w") as stderr:
-            proc = subprocess.Popen([sys.executable, "-m", "remote_gpu_trainer.repro.worker"],
+            proc = subprocess.Popen([training.python, "-m", "remote_gpu_trainer.repro.worker"],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True,
-                                    env=_worker_env(device, extra_env), start_new_session=True)
+                                    env=_worker_env(training, device, extra_env), start_new_session=True)
         run.workers += 1
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(json.dumps(request))
@@ -209,14 +209,22 @@ def _drive(proc: subprocess.Popen, events: queue.Queue, jobs: list[Job], pending
 
 
 def run_jobs(jobs: list[Job], device: str = "auto", timeout_s: float = 120.0, progress: Progress = no_progress,
-             extra_env: dict[str, str] | None = None) -> WorkerRun:
-    """Run ``jobs`` in worker processes; every job gets a raw result (observation or failure record)."""
+             extra_env: dict[str, str] | None = None, training: TrainingEnv | None = None) -> WorkerRun:
+    """Run ``jobs`` in worker processes under the training interpreter (default: found, trainenv/find.py); every
+    job gets a raw result (observation or failure record)."""
     run = WorkerRun(results=[{} for _ in jobs])
     pending = list(range(len(jobs)))
+    training = training or find_training_env()
+    run.training = training
+    if training.python is None or not training.has_torch:
+        run.torch_missing = no_training_torch(training)
+        for i in pending:
+            run.results[i] = failed(jobs[i], "not_run", "not run: no python with torch")
+        return run
     progress(0, len(jobs), "starting the repro worker (imports torch)")
     while pending:
         before = len(pending)
-        if not _run_once(jobs, pending, run, device, timeout_s, progress, extra_env, len(jobs)):
+        if not _run_once(jobs, pending, run, device, timeout_s, progress, extra_env, len(jobs), training):
             break
         if len(pending) == before:  # a worker that ends without running anything must not loop forever
             for i in pending:

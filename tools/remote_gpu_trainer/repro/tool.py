@@ -17,6 +17,7 @@ from ..models import StrictModel, Verdict
 from ..tables import format_table
 from ..toolspec import Progress, ToolSpec
 from ..torch_hint import EXIT_ENVIRONMENT
+from ..trainenv.find import ActivateText, PythonPath, TrainingEnv, activate_field, find_training_env, python_field
 from . import cases
 from .amp_check import AmpCheckInput, AmpCheckResult, check
 from .base import Case, Variant
@@ -42,6 +43,8 @@ class ReproInput(StrictModel):
                             "the distributed case always runs 2 CPU ranks over gloo")
     timeout_s: float = Field(120.0, ge=1, le=1800, description="Time limit per variant (bug run + fix run), "
                                                                "seconds; starting torch has its own limit")
+    python: PythonPath = python_field()
+    activate: ActivateText = activate_field()
 
 
 class ReproReport(StrictModel):
@@ -61,6 +64,8 @@ class ReproReport(StrictModel):
     worker_start_s: float | None = Field(description="Interpreter + import torch + first optimizer, seconds")
     seconds: float = Field(description="Wall time of the whole call")
     notes: list[str]
+    training_env: TrainingEnv | None = Field(None, description="The interpreter the cases ran under and how it was "
+                                             "found (python=, activate=, the login shell's PATH, ~/venvs/*, …)")
 
 
 def plan(case: str, variant: str | None) -> list[tuple[Case, Variant]]:
@@ -81,16 +86,18 @@ def plan(case: str, variant: str | None) -> list[tuple[Case, Variant]]:
                          allowed=[v.name for v in chosen.variants] + ["all"]) from None
 
 
-def run_pairs(pairs: list[tuple[Case, Variant]], device: str, timeout_s: float,
-              progress: Progress) -> tuple[list[CaseResult], WorkerRun]:
-    run = run_jobs([Job(c.name, v.name) for c, v in pairs], device=device, timeout_s=timeout_s, progress=progress)
+def run_pairs(pairs: list[tuple[Case, Variant]], device: str, timeout_s: float, progress: Progress,
+              training: TrainingEnv | None = None) -> tuple[list[CaseResult], WorkerRun]:
+    run = run_jobs([Job(c.name, v.name) for c, v in pairs], device=device, timeout_s=timeout_s, progress=progress,
+                   training=training)
     return [judge(c, v, raw, run.torch_version) for (c, v), raw in zip(pairs, run.results, strict=True)], run
 
 
 def repro(args: ReproInput, progress: Progress) -> ReproReport:
     start = time.perf_counter()
     pairs = plan(args.case, args.variant)
-    results, run = run_pairs(pairs, args.device, args.timeout_s, progress)
+    training = find_training_env(args.python, args.activate)
+    results, run = run_pairs(pairs, args.device, args.timeout_s, progress, training)
     notes = list(run.notes)
     if run.device == "cpu":
         notes.append("Ran on CPU with torch.amp.GradScaler('cpu'): the default GradScaler() targets CUDA and "
@@ -103,7 +110,7 @@ def repro(args: ReproInput, progress: Progress) -> ReproReport:
         reproduced=sum(r.reproduced for r in results), cuda_only=sum(r.status == "cuda_only" for r in results),
         fixed_ok=sum(bool(r.fixed_ok) for r in results), problems=len(problems),
         worker_start_s=None if run.worker_start_s is None else round(run.worker_start_s, 3),
-        seconds=round(time.perf_counter() - start, 3), notes=notes)
+        seconds=round(time.perf_counter() - start, 3), notes=notes, training_env=training)
 
 
 def _yes(value: bool | None) -> str:
@@ -150,7 +157,8 @@ def _not_run(torch_problem: str, results: list[CaseResult]) -> str:
 def render_repro(report: ReproReport) -> str:
     if report.torch_missing:
         return _not_run(report.torch_missing, report.results)
-    head = (f"torch {report.torch_version or '?'} · device {report.device or '?'} · {len(report.results)} variant(s) "
+    head = (f"torch {report.torch_version or '?'} ({report.training_env.brief() if report.training_env else '?'})\n"
+            f"device {report.device or '?'} · {len(report.results)} variant(s) "
             f"in {report.seconds:.1f} s (worker start {report.worker_start_s or 0:.1f} s) · reproduced "
             f"{report.reproduced}, cuda-only {report.cuda_only}, fixes ok {report.fixed_ok}/{len(report.results)}")
     rows = [[r.case, r.variant, r.status, r.exception_type, r.raised_at, _yes(r.fixed_ok), r.seconds]
@@ -169,10 +177,11 @@ def amp_config_check(args: AmpCheckInput, progress: Progress) -> AmpCheckResult:
     variants = [p for p in result.predictions if p.repro_variant]
     if args.confirm and variants:
         pairs = [cases.find_variant(p.repro_variant) for p in variants]  # type: ignore[arg-type]
+        training = find_training_env(args.python, args.activate)
         confirmations, run = run_pairs(pairs, args.device if args.device == "cpu" else "auto", args.timeout_s,
-                                       progress)
+                                       progress, training)
         result.confirmations, result.torch_version = confirmations, run.torch_version
-        result.torch_missing = run.torch_missing
+        result.torch_missing, result.training_env = run.torch_missing, training
     elif args.confirm:
         result.notes.append("confirm: no prediction has a repro variant, nothing to run")
     return result
@@ -194,7 +203,8 @@ def render_amp(result: AmpCheckResult) -> str:
     if result.torch_missing:
         lines += ["", "confirm: " + _not_run(result.torch_missing, result.confirmations)]
     elif result.confirmations:
-        lines += ["", f"confirmed on torch {result.torch_version}:"]
+        where = f" ({result.training_env.brief()})" if result.training_env else ""
+        lines += ["", f"confirmed on torch {result.torch_version}{where}:"]
         rows = [[c.case, c.variant, c.status, c.exception_type, c.message or c.observed, _yes(c.fixed_ok)]
                 for c in result.confirmations]
         lines.append(format_table(["case", "variant", "status", "exception", "message / seen", "fix ok"], rows))
@@ -228,8 +238,9 @@ SPECS = [
             "cuda_only), double_unscale, fp16_overflow (NaN loss / skipped steps / scale collapse), "
             "fsdp_ddp_double_wrap (2 gloo ranks), or all. Use it to show a user their error is the known one and "
             "that the fix works on their torch. Read-only: it runs toy models only, never the user's code. "
-            "Needs torch: without it every case is not_run, verdict SKIP, and torch_missing says how to add it "
-            "(CLI exit 4)."
+            "Runs in the training environment: python= or activate= as given, else found (training_env says "
+            "which). Needs torch there: without it every case is not_run, verdict SKIP, and torch_missing says "
+            "which interpreters were looked at and what to pass (CLI exit 4)."
         ),
         input_model=ReproInput,
         output_model=ReproReport,

@@ -29,6 +29,8 @@ from typing import Any
 
 from ..errors import InputError
 from ..processes.fingerprint import boot_id
+from ..trainenv.find import TrainingEnv, find_training_env, is_box_runtime
+from ..trainenv.script import flag_value
 from .ledger import EXIT, META, RunDir, list_runs, new_run_id, runs_root, write_json
 from .states import ENDED, classify
 
@@ -75,16 +77,6 @@ def check_env(env: dict[str, str]) -> dict[str, str]:
 # ------------------------------------------------------------------ what the command will use
 
 
-def _flag_value(argv: list[str], names: tuple[str, ...]) -> str | None:
-    for i, word in enumerate(argv):
-        for name in names:
-            if word == name and i + 1 < len(argv):
-                return argv[i + 1]
-            if word.startswith(name + "="):
-                return word.split("=", 1)[1]
-    return None
-
-
 def is_torchrun(argv: list[str]) -> bool:
     if PurePosixPath(argv[0]).name == "torchrun":
         return True
@@ -96,11 +88,11 @@ def rendezvous_port(argv: list[str], env: dict[str, str]) -> int | None:
     """The port this launch binds on this box, or None (standalone, not a launcher, a non-head node)."""
     if "--standalone" in argv:
         return None
-    node_rank = _flag_value(argv, ("--node-rank", "--node_rank", "--machine_rank"))
+    node_rank = flag_value(argv, ("--node-rank", "--node_rank", "--machine_rank"))
     if node_rank not in (None, "0"):
         return None  # only the head node binds the store
-    value = _flag_value(argv, ("--master-port", "--master_port", "--main_process_port"))
-    if value is None and (endpoint := _flag_value(argv, ("--rdzv-endpoint", "--rdzv_endpoint"))):
+    value = flag_value(argv, ("--master-port", "--master_port", "--main_process_port"))
+    if value is None and (endpoint := flag_value(argv, ("--rdzv-endpoint", "--rdzv_endpoint"))):
         value = endpoint.rsplit(":", 1)[1] if ":" in endpoint else None
     if value is None:
         value = env.get("MASTER_PORT")
@@ -182,13 +174,54 @@ def git_commit(cwd: Path) -> str | None:
     return (out.stdout.strip() or None) if out.returncode == 0 else None
 
 
+# ------------------------------------------------------------------ the training environment
+
+
+def _launch_script(argv: list[str], cwd: Path) -> str | None:
+    """The shell script a command runs (``./launch.sh``, ``bash launch.sh``), to find its activation."""
+    words = argv[1:] if PurePosixPath(argv[0]).name in ("bash", "sh") else argv
+    if not words:
+        return None
+    path = Path(os.path.expanduser(words[0]))
+    path = path if path.is_absolute() else cwd / path
+    try:
+        with path.open("rb") as handle:
+            start = handle.read(128)
+    except OSError:
+        return None
+    shell = start.startswith(b"#!") and any(w in start.split(b"\n", 1)[0] for w in (b"sh", b"bash"))
+    return str(path) if shell or path.suffix == ".sh" or words is not argv else None
+
+
+def training_env(python: str | None, activate: str | None, argv: list[str], cwd: Path) -> TrainingEnv | None:
+    """The environment the run starts in: python=/activate= as given; on a box, found (argv's own interpreter by
+    path, the launch script's activation, the login shell's PATH, common locations), because the session's PATH
+    is not the one a person's terminal has; run locally without either, None (this shell's PATH, unchanged)."""
+    if python or activate:
+        env = find_training_env(python, activate)
+        if env.python is None or "python" in env.errors or "activate" in env.errors:
+            field = "python" if python else "activate"
+            raise InputError(field, next(iter(env.errors.values()), "no interpreter there"))
+        return env
+    if not is_box_runtime():
+        return None
+    head = os.path.expanduser(argv[0])
+    if os.path.isabs(head) and PurePosixPath(head).parent.name == "bin" and not _launch_script(argv, cwd):
+        env = find_training_env(head)
+        env.source, env.found_by = "command", "the command calls it by path"
+        return env
+    return find_training_env(launch=_launch_script(argv, cwd))
+
+
 # ------------------------------------------------------------------ start
 
 
 def create_run(*, argv: list[str], cwd: Path, env_added: dict[str, str], name: str | None,
                notify: list[str] | None, gpus: list[int] | None, port: int | None, stall_after_s: float,
-               checks: dict[str, str], rank_hook: bool = True, flight_recorder: bool = False) -> RunDir:
-    """Write meta.json in a fresh run folder (mode 0700: the folder holds the run's environment)."""
+               checks: dict[str, str], rank_hook: bool = True, flight_recorder: bool = False,
+               activation: dict[str, str] | None = None) -> RunDir:
+    """Write meta.json in a fresh run folder (mode 0700: the folder holds the run's environment).
+    ``activation``: the training environment's variables (PATH first), under the caller's ``env_added``."""
     root = runs_root()
     root.mkdir(parents=True, exist_ok=True)
     run_id = new_run_id(name)
@@ -197,7 +230,7 @@ def create_run(*, argv: list[str], cwd: Path, env_added: dict[str, str], name: s
     write_json(path / META, {
         "run_id": run_id, "name": name, "argv": argv, "cwd": str(cwd), "env_added": env_added,
         "notify": notify, "gpus": gpus, "port": port, "stall_after_s": stall_after_s, "boot_id": boot_id(),
-        "git_commit": git_commit(cwd), "created_at": time.time(), "checks": checks,
+        "git_commit": git_commit(cwd), "created_at": time.time(), "checks": checks, "activation": activation or {},
         "python": sys.executable, "user": os.environ.get("USER"), "rank_hook": rank_hook,
         "flight_recorder": flight_recorder,
     })

@@ -161,7 +161,7 @@ class StallWatch:
 def _start_child(run: RunDir, meta: dict[str, Any]) -> subprocess.Popen[bytes] | str:
     from .hang import forensics_env
 
-    env = {**os.environ, **meta.get("env_added", {})}
+    env = {**os.environ, **meta.get("activation", {}), **meta.get("env_added", {})}
     env.update(forensics_env(run, meta, env))
     fd = os.open(run.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:

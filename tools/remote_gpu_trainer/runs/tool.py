@@ -26,6 +26,7 @@ from ..processes.safekill import KillReport, printable, safe_kill, target_table,
 from ..processes.snapshot import ZOMBIE, ProcessTable, read_start_ticks, snapshot
 from ..tables import format_table, gib
 from ..toolspec import Progress, ToolSpec, cli_host_args
+from ..trainenv.find import ActivateText, PythonPath, TrainingEnv, activate_field
 from . import start as starting
 from .gpu import GpuUse, default_backend, run_gpu_use
 from .hang import HangSummary, hang_summary
@@ -81,6 +82,12 @@ class RunStartInput(StrictModel):
     rank_hook: bool = Field(True, description="Put the rank hook (a sitecustomize.py that chains to yours) on the "
                             "run's PYTHONPATH so run_stacks can read every rank's stack with a signal instead of "
                             "ptrace; false leaves the environment untouched")
+    python: PythonPath = Field(None, min_length=1, max_length=4096, description=(
+        "The training environment's interpreter (absolute or ~ path): its bin/ goes first on the run's PATH, so "
+        "python, torchrun, accelerate resolve there (VIRTUAL_ENV/CONDA_PREFIX set). Default on a box: found "
+        "(argv's interpreter or launch script, the login shell's PATH, ~/venvs/*, conda envs), since a non-"
+        "interactive ssh session's PATH is not the user's; run locally: this shell's PATH, unchanged"))
+    activate: ActivateText = activate_field()
 
     @model_validator(mode="after")
     def _one_command(self) -> RunStartInput:
@@ -108,6 +115,9 @@ class RunStarted(StrictModel):
     run_dir: str
     log: str
     next_step: str
+    training_env: TrainingEnv | None = Field(None, description="The environment the run was started in (its "
+                                             "activation is on the run's PATH), how it was found; None: this "
+                                             "shell's environment, unchanged")
 
 
 def run_start(args: RunStartInput, progress: Progress) -> RunStarted:
@@ -123,6 +133,7 @@ def run_start(args: RunStartInput, progress: Progress) -> RunStarted:
     cwd = Path(os.path.abspath(os.path.expanduser(args.cwd or "~")))  # relative: to the home the runtime starts in
     if not cwd.is_dir():
         raise InputError("cwd", f"{cwd} is not a directory on this box")
+    training = starting.training_env(args.python, args.activate, argv, cwd)
     gpus = sorted(set(args.gpus)) if args.gpus is not None else starting.gpus_from_env(env)
     port = args.port if args.port is not None else starting.rendezvous_port(argv, env)
     progress(0, 3, "quick checks")
@@ -138,7 +149,7 @@ def run_start(args: RunStartInput, progress: Progress) -> RunStarted:
     progress(1, 3, "starting the supervisor")
     run = starting.create_run(argv=argv, cwd=cwd, env_added=env, name=args.name, notify=args.notify, gpus=gpus,
                               port=port, stall_after_s=args.stall_after_s, checks=checks, rank_hook=args.rank_hook,
-                              flight_recorder=args.flight_recorder)
+                              flight_recorder=args.flight_recorder, activation=training.activation if training else {})
     starting.launch_supervisor(run)
     meta = starting.wait_started(run)
     status = classify(run)
@@ -150,13 +161,15 @@ def run_start(args: RunStartInput, progress: Progress) -> RunStarted:
     return RunStarted(run_id=run.run_id, state=status.state, detail=status.detail, pid=meta.get("pid"), argv=argv,
                       cwd=str(cwd), env_added=sorted(env), gpus=gpus, port=port,
                       checks=[CheckRow(check=k, result=v) for k, v in checks.items()], run_dir=str(run.path),
-                      log=str(run.log), next_step=step)
+                      log=str(run.log), next_step=step, training_env=training)
 
 
 def render_started(result: RunStarted) -> str:
     lines = [f"run {result.run_id}: {result.state}" + (f" ({result.detail})" if result.detail else ""),
              f"pid {result.pid} · cwd {result.cwd} · log {result.log}",
              f"command: {shlex.join(result.argv)}"]
+    if result.training_env is not None:
+        lines.append(f"environment: {result.training_env.brief()}")
     lines += [f"check {c.check}: {c.result}" for c in result.checks]
     lines.append(f"next: {result.next_step}")
     return "\n".join(lines)
@@ -651,7 +664,10 @@ SPECS = [
             "exiting: own session and process group, stdin from /dev/null, output to a log, watched by a small "
             "supervisor that records argv, cwd, env added, pid, boot id, git commit and at the end the exit "
             "status or signal, OOM evidence, and runs your notify command on end/failure/OOM/stall. Give argv "
-            "(a list) or command (the line render_launch printed; never run through a shell). Quick checks "
+            "(a list) or command (the line render_launch printed; never run through a shell). It runs in the "
+            "training environment: python= or activate= as given, else on a box the one found (the command's own "
+            "interpreter or launch script, the login shell's PATH, ~/venvs/*, conda), its bin/ first on PATH, "
+            "named in training_env. Quick checks "
             "first: the rendezvous port is free, no other process or run of ours holds VRAM on its GPUs "
             "(allow_shared_gpus overrides), enough free disk. Returns run_id for run_status/run_logs/run_stop. "
             "It starts a job that uses (and bills) the GPUs."),
