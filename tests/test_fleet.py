@@ -173,7 +173,8 @@ def test_a_host_without_any_torch_cannot_be_checked_and_does_not_bury_real_fault
             facts.torch = TrainingEnv(python=None, source="none", found_by="no interpreter with torch was found")
         return facts
 
-    args = PreflightInput(hosts=["head", "ecc", "notorch"], head_addr="127.0.0.1", port=rendezvous_port(), checkpoint_dir="/tmp")
+    args = PreflightInput(hosts=["head", "ecc", "notorch"], head_addr="127.0.0.1", port=rendezvous_port(),
+                          checkpoint_dir="/tmp")
     result = run_fleet(args, lambda *a, **k: None, caller=call)
     verdicts = {r.host: r.verdict for r in result.hosts}
     assert verdicts["notorch"] is Verdict.UNKNOWN and verdicts["ecc"] is Verdict.FAIL
