@@ -62,6 +62,11 @@ class Overheads:
     """NCCL communicators and buffers per GPU when world_size > 1: ~0.5–2 GiB reported."""
     allocator_fraction: float = 0.15
     """Caching-allocator reserve above allocated tensors: 10–35 % observed (lower with expandable_segments)."""
+    cublas_workspace_bytes: int = 2 * 32 * 2**20
+    """cuBLAS/cuBLASLt workspaces, allocated through the caching allocator and so inside the allocated peak:
+    one per thread and stream — a training step has two (the forward thread and autograd's device thread)
+    — of 32 MiB each on sm90 (H100/H200; torch ``CublasHandlePool.cpp``: 4096 KiB × 8; 8.125 MiB before
+    Hopper). The five H100 rows of issue 28 sit 65–100 MiB above their fake-tensor peaks."""
 
 
 @dataclass(frozen=True)
@@ -475,11 +480,16 @@ def estimate(setup: Setup) -> Breakdown:
         return block_low[k] + (block_low[k - 1] if k > 0 else 0)
 
     root_copies = prof.root_param_copies if prof else 0
-    fwd_parts = {"states": base + grads_always, "working set": w_forward_end() + sum(saved_copies) + root_copies,
+    # autocast caches its low-precision copy of every trainable weight until the forward ends, also the
+    # ones checkpointing does not save (recomputation casts them again, block by block).
+    autocast_cache = sum(copies) if ckpt and _numerics(setup, d).autocast and not setup.lora_rank else 0
+    fwd_parts = {"states": base + grads_always,
+                 "working set": w_forward_end() + sum(saved_copies) + root_copies + autocast_cache,
                  "activations": sum(saved_blocks) + root_saved - root_copies,
-                 "logits": loss_saved + (prof.logits_bytes if prof else 0)}
+                 "logits": loss_saved + (prof.logits_bytes + prof.logits_upcast_bytes if prof else 0)}
     phases.append(Phase("forward end (loss computed)", sum(fwd_parts.values()), fwd_parts))
-    loss_parts = {**fwd_parts, "logits": loss_saved + loss_extra}
+    loss_parts = {**fwd_parts, "working set": fwd_parts["working set"] - autocast_cache,
+                  "logits": loss_saved + loss_extra}
     phases.append(Phase("backward start (cross-entropy)", sum(loss_parts.values()), loss_parts))
     head_grad = grad_unit.get("root", 0) if not fsdp else 0
     n_blocks = len(blocks)
@@ -537,6 +547,10 @@ def estimate(setup: Setup) -> Breakdown:
                   "temporaries": step_temp}
     phases.append(Phase("optimizer step", sum(step_parts.values()), step_parts))
 
+    workspaces = setup.overheads.cublas_workspace_bytes
+    for phase in phases:  # cuBLAS workspaces live in the allocator from the first matmul on
+        phase.parts["cuBLAS workspaces"] = workspaces
+        phase.bytes += workspaces
     fb_peak = max(p.bytes for p in phases[:-1])
     step_peak = phases[-1].bytes
     peak_phase = max(phases, key=lambda p: p.bytes)

@@ -57,21 +57,55 @@ class MeasureJob:
     lora_rank: int | None = None
     lora_targets: list[str] = field(default_factory=list)
     adapter_dtype: str = "fp32"
+    engine: str = "builtin"
+    """``transformers``: the real Hugging Face class from ``hf_config``; ``builtin``: ``torch_models``."""
+    hf_config: dict[str, Any] | None = None
+    """The model's config.json fields (the transformers engine builds the class from them)."""
 
 
 @dataclass
 class MeasureResult:
     peak_bytes: int
+    """Tracked peak plus ``corrections``: comparable with ``torch.cuda.max_memory_allocated``."""
     categories: dict[str, int]
     """Tracker categories at the peak (Parameter, Gradient, Activation, Temp, Optstate, ...)."""
     peak_phase: str
     seconds: float
     tracker: str
     torch_version: str
+    tracked_bytes: int = 0
+    """What the tracker saw, before corrections."""
+    engine: str = "builtin"
+    model_class: str = ""
+    transformers_version: str | None = None
+    attention_kernels: dict[str, int] = field(default_factory=dict)
+    """CUDA SDPA kernel chosen per attention call of one step (flash / efficient / math)."""
+    corrections: dict[str, int] = field(default_factory=dict)
+    """Bytes a CUDA step allocates that a CPU fake-tensor step cannot, added to ``peak_bytes``."""
+    cannot_show: list[str] = field(default_factory=list)
+
+
+def module_found(name: str) -> bool:
+    """Whether this Python (the worker's) can import ``name``, checked without importing it (fast start)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _transformers_version() -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version("transformers")
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def measured_unsupported(arch) -> str | None:
-    """What of ``arch`` the plain-torch models cannot build (None: measurable). Decoders with MoE
+    """What of ``arch`` the built-in plain-torch models cannot build (None: measurable). Decoders with MoE
     (Mixtral, Qwen-MoE), Qwen3 q/k norms, Gemma norms and Phi-3's fused projections are built."""
     if arch.kv_lora_rank:
         return "DeepSeek multi-head latent attention"
@@ -251,29 +285,69 @@ def _frozen_safe(tracker_cls):
     return FrozenSafe
 
 
+@dataclass
+class _Built:
+    """A model ready for the fake step: module, its blocks, a batch and how to get the loss."""
+
+    model: Any
+    blocks: list
+    make_batch: Callable[[], dict]
+    loss: Callable[[dict], Any]
+    model_class: str
+    materialize: Callable[[], None]
+
+
+def _build_builtin(job: MeasureJob, arch) -> _Built:
+    import torch
+
+    from .torch_models import build_model, example_batch
+
+    with torch.device("meta"):
+        model = build_model(arch, dtype=_param_dtype(job.precision), lora_rank=job.lora_rank,
+                            lora_targets=job.lora_targets or None, adapter_dtype=job.adapter_dtype,
+                            attention_impl=job.attention, dropout=True)
+    if job.activation_checkpointing:
+        _checkpoint_blocks(model.blocks())
+
+    def materialize() -> None:
+        model.to_empty(device="cpu")
+        model.train()
+
+    return _Built(model, model.blocks(), lambda: example_batch(arch, job.micro_batch_size, job.seq_len),
+                  lambda batch: model(batch), f"{type(model).__name__} (built-in)", materialize)
+
+
+def _build_hf(job: MeasureJob, arch) -> _Built:
+    from . import hf_models
+
+    hf = hf_models.build(job.hf_config or {}, arch.family, dtype=_param_dtype(job.precision), attention=job.attention,
+                         checkpointing=job.activation_checkpointing, lora_rank=job.lora_rank,
+                         lora_targets=job.lora_targets)
+    return _Built(hf.model, hf.blocks, lambda: hf_models.batch(arch.family, job.micro_batch_size, job.seq_len),
+                  hf.loss, hf.class_name, lambda: hf_models.materialize(hf))
+
+
 def measure(job: MeasureJob) -> MeasureResult:
-    """Run two training iterations of ``job`` on fake tensors and return the tracked peak."""
+    """Run two training iterations of ``job`` on fake tensors and return the tracked peak (plus the
+    corrections a CPU step cannot show, see ``cuda_emulation.CANNOT_SHOW``)."""
     import torch
     import torch.distributed as dist
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    from .analytic import Overheads
     from .architecture import Architecture
-    from .torch_models import build_model, example_batch
+    from .cuda_emulation import CANNOT_SHOW, cuda_semantics
 
     started = time.monotonic()
-    arch = Architecture(**job.arch)
+    arch = Architecture(**{k: v for k, v in job.arch.items() if k != "hf_config"})
+    hf = job.engine == "transformers"
+    built = _build_hf(job, arch) if hf else _build_builtin(job, arch)
+    blocks = built.blocks
     fsdp = job.strategy in ("full_shard", "shard_grad_op", "hybrid_shard", "no_shard")
     mixed = job.precision.endswith("_mixed")
-    with torch.device("meta"):
-        model = build_model(arch, dtype=_param_dtype(job.precision), lora_rank=job.lora_rank,
-                            lora_targets=job.lora_targets or None, adapter_dtype=job.adapter_dtype,
-                            attention_impl=job.attention, dropout=False)
-    blocks = model.blocks()
     total_steps = 2 * 2 * len(blocks) + 2
     counter, iteration = [0], [0]
-    _report(0, total_steps, f"built {arch.model_type} on the meta device ({len(blocks)} blocks)")
-    if job.activation_checkpointing:
-        _checkpoint_blocks(blocks)
+    _report(0, total_steps, f"built {built.model_class} on the meta device ({len(blocks)} blocks)")
     _progress_hooks(blocks, total_steps, counter, iteration)
 
     if fsdp:
@@ -294,17 +368,21 @@ def measure(job: MeasureJob) -> MeasureResult:
             else MixedPrecisionPolicy()
         reshard = job.strategy not in ("shard_grad_op", "no_shard")
 
+    kernels: list[str] = []
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     with fake:
+        model = built.model
+        if hf:  # tie the head to the embedding before sharding (to_empty unties; FSDP2 keeps the tie)
+            built.materialize()
         if fsdp:
             for block in blocks:
                 fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
             fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
-        model.to_empty(device="cpu")
-        model.train()
+        if not hf:
+            built.materialize()
         shards = _LocalShards([p for p in model.parameters() if p.requires_grad])
         optimizer = _optimizer(job, shards.locals)
-        batch = example_batch(arch, job.micro_batch_size, job.seq_len)
+        batch = built.make_batch()
         if fsdp:
             tracker = _frozen_safe(FSDPMemTracker)(model, optimizer)
             tracker.track_inputs(tuple(batch.values()))
@@ -314,14 +392,14 @@ def measure(job: MeasureJob) -> MeasureResult:
             tracker.track_external(model, optimizer, *batch.values())
         peaks: list[tuple[str, int]] = []
         autocast = torch.autocast("cpu", dtype=_half(job.precision)) if mixed and not fsdp else None
-        with tracker:
+        with tracker, cuda_semantics(kernels):
             for it in range(2):
                 iteration[0] = it
                 if autocast is not None:
                     with autocast:
-                        loss = model(batch)
+                        loss = built.loss(batch)
                 else:
-                    loss = model(batch)
+                    loss = built.loss(batch)
                 loss.backward()
                 peaks.append((f"iteration {it + 1} forward/backward", _peak_total(tracker)))
                 counter[0] += 1
@@ -335,14 +413,20 @@ def measure(job: MeasureJob) -> MeasureResult:
             snapshot = tracker.get_tracker_snapshot("peak")
     device_snap = next(iter(snapshot.values()))
     categories = {str(getattr(k, "value", k)): int(v) for k, v in device_snap.items()}
-    peak = categories.pop("Total")
-    phase = next(name for name, value in peaks if value == peak)
+    tracked = categories.pop("Total")
+    phase = next(name for name, value in peaks if value == tracked)
     if fsdp:
         dist.destroy_process_group()
-    return MeasureResult(peak_bytes=peak, categories={k: v for k, v in categories.items() if v},
+    corrections = {"cuBLAS workspaces": Overheads().cublas_workspace_bytes}
+    counts = {k: kernels.count(k) // 2 for k in sorted(set(kernels))}  # two iterations
+    return MeasureResult(peak_bytes=tracked + sum(corrections.values()), tracked_bytes=tracked,
+                         categories={k: v for k, v in categories.items() if v},
                          peak_phase=phase.replace("iteration 2 ", "").replace("iteration 1 ", "first "),
                          seconds=round(time.monotonic() - started, 2),
-                         tracker="FSDPMemTracker" if fsdp else "MemTracker", torch_version=torch.__version__)
+                         tracker="FSDPMemTracker" if fsdp else "MemTracker", torch_version=torch.__version__,
+                         engine=job.engine, model_class=built.model_class,
+                         transformers_version=_transformers_version() if hf else None,
+                         attention_kernels=counts, corrections=corrections, cannot_show=list(CANNOT_SHOW))
 
 
 def measure_cuda(job: MeasureJob) -> int:

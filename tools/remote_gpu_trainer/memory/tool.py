@@ -20,7 +20,7 @@ from ..tables import GIB, format_table, gib
 from ..toolspec import Progress, ToolSpec
 from . import advice as ladder
 from .analytic import BYTES, FSDP, ZERO, Breakdown, Setup, estimate
-from .architecture import Architecture, load_architecture, presets
+from .architecture import Architecture, load_architecture, load_config, presets
 from .deepspeed_compat import header, zero2_table, zero3_table
 
 Strategy = Literal["ddp", "no_shard", "zero1", "zero2", "zero3", "full_shard", "shard_grad_op", "hybrid_shard"]
@@ -135,16 +135,29 @@ class AdviceOut(StrictModel):
 
 
 class MeasuredOut(StrictModel):
-    peak_bytes: int = Field(description="Tracked tensor bytes at the peak of a real step (fake tensors, CPU)")
+    peak_bytes: int = Field(description="Peak of a real training step on fake tensors (CPU, torch's memory tracker) "
+                            "plus the corrections a CPU step cannot show: comparable with "
+                            "torch.cuda.max_memory_allocated")
     analytic_peak_bytes: int = Field(description="The analytic allocated peak for exactly the measured setup")
     ratio: float = Field(description="analytic / measured")
+    engine: Literal["transformers", "builtin"] = Field(description="transformers: the real Hugging Face class built "
+                                                       "from the config; builtin: the project's plain-torch "
+                                                       "re-implementation (transformers not installed, or no config)")
+    model_class: str = Field(description="The class that ran, e.g. GPT2LMHeadModel")
+    transformers_version: str | None
+    attention_kernels: dict[str, int] = Field(description="CUDA SDPA kernel per attention call of one step, chosen by "
+                                              "torch's rules for this dtype, head dim, mask and dropout")
+    corrections: dict[str, int] = Field(description="Bytes a CUDA step allocates that a CPU step cannot, included in "
+                                        "peak_bytes")
+    cannot_show: list[str] = Field(description="What a CPU fake-tensor step cannot show of a CUDA step")
     categories: dict[str, int] = Field(description="Tracker categories at the measured peak, bytes")
     analytic_breakdown: dict[str, int] = Field(description="The analytic peak's parts for the same setup, bytes")
     analytic_peak_phase: str
     peak_phase: str
     seconds: float
     tracker: str
-    compared_setup: str = Field(description="How the measured setup differs from the question (dropout off, ...)")
+    compared_setup: str = Field(description="How the measured setup differs from the question, and which engine ran "
+                                "and why")
 
 
 class MemoryOutput(StrictModel):
@@ -465,13 +478,9 @@ TORCH_HINT = ("pip install 'remote-gpu-trainer[torch]' (the project's torch extr
 
 def torch_missing() -> str | None:
     """Why measured mode cannot run here, or None. Checked without importing torch (fast start)."""
-    import importlib.util
+    from .measured import module_found
 
-    try:
-        found = importlib.util.find_spec("torch")
-    except (ImportError, ValueError):
-        found = None
-    if found is None:
+    if not module_found("torch"):
         return f"torch is not installed in this Python ({sys.executable}); to measure, {TORCH_HINT}."
     return None
 
@@ -503,22 +512,13 @@ def _measure(setup: Setup, args: MemoryInput, progress: Progress) -> MeasuredOut
         raise InputError(field, "on a CPU-only fake-tensor run host and device memory are the same and NF4 needs "
                          "bitsandbytes: measure without it", allowed=["none"] if field == "cpu_offload" else
                          ["auto", "fp32", "bf16", "fp16"])
-    unsupported = measured_unsupported(setup.arch)
-    if unsupported:
-        raise InputError("measure", f"measured mode rebuilds the model in plain torch and does not implement "
-                         f"{unsupported} yet; the analytic figure covers it", allowed=["false"])
     if setup.ep > 1:
         raise InputError("ep", "measured mode shards experts with FSDP2 like every weight (no expert-parallel "
                          "all-to-all under fake tensors): measure with ep=1", allowed=["1"])
     if setup.capacity_factor is not None:
         raise InputError("capacity_factor", "measured mode runs dropless routing (balanced top-k rows): measure "
                          "without capacity_factor", allowed=["unset"])
-    if setup.arch.is_moe:
-        tokens = setup.micro_batch_size * setup.seq_len * setup.arch.experts_per_token
-        if tokens % setup.arch.num_experts:
-            raise InputError("seq_len", f"measured MoE runs a balanced static dispatch: micro_batch_size × seq_len "
-                             f"× top-k ({tokens}) must be a multiple of num_experts ({setup.arch.num_experts})")
-    twin = replace(setup, dropout=False, world_size=1 if setup.strategy == "ddp" else setup.world_size,
+    twin = replace(setup, world_size=1 if setup.strategy == "ddp" else setup.world_size,
                    gpus_per_node=1 if setup.strategy == "ddp" else setup.gpus_per_node)
     # Size guard. Fake tensors allocate nothing, but the step's Python cost grows with the number of
     # blocks and, under FSDP, with the ranks each parameter is chunked into (Llama-3-70B, 64 ranks:
@@ -531,22 +531,35 @@ def _measure(setup: Setup, args: MemoryInput, progress: Progress) -> MeasuredOut
     if blocks > MAX_MEASURED_BLOCKS:
         raise InputError("measure", f"{blocks} blocks is beyond the measured mode's {MAX_MEASURED_BLOCKS}-block "
                          "limit; use the analytic figure (it matches measured steps within ~1 %)")
-    differences = ["dropout off (CPU dropout keeps a dtype-sized noise tensor, CUDA a 1-byte mask)"]
+    engine, why = measure_engine(setup, args.model)
+    if engine == "builtin":
+        unsupported = measured_unsupported(setup.arch)
+        if unsupported:
+            raise InputError("measure", f"{why}; the built-in re-implementation does not implement {unsupported} "
+                             "(install transformers to measure the real class); the analytic figure covers it",
+                             allowed=["false"])
+        if setup.arch.is_moe:
+            tokens = setup.micro_batch_size * setup.seq_len * setup.arch.experts_per_token
+            if tokens % setup.arch.num_experts:
+                raise InputError("seq_len", f"the built-in MoE runs a balanced static dispatch: micro_batch_size × "
+                                 f"seq_len × top-k ({tokens}) must be a multiple of num_experts "
+                                 f"({setup.arch.num_experts})")
+    differences = [why]
     if setup.strategy == "ddp" and setup.world_size > 1:
         differences.append("one DDP replica without the DDP wrapper (gradient buckets are analytic only)")
     base_dtype = setup.lora_base_dtype if setup.lora_base_dtype != "auto" else None
-    precision = setup.precision
     if base_dtype and setup.lora_rank:
         differences.append(f"frozen base in the model dtype instead of {base_dtype}")
         twin = replace(twin, lora_base_dtype="auto")
     adapter = "fp32" if (setup.precision == "fp32" or (setup.pure and setup.strategy not in FSDP)
                          or setup.mixed) else setup.half
-    job = MeasureJob(arch=asdict(setup.arch), strategy=setup.strategy, precision=precision,
+    job = MeasureJob(arch=asdict(setup.arch), strategy=setup.strategy, precision=setup.precision,
                      optimizer=setup.optimizer, optimizer_impl=setup.optimizer_impl, world_size=twin.world_size,
                      gpus_per_node=twin.gpus_per_node, seq_len=setup.seq_len,
                      micro_batch_size=setup.micro_batch_size, activation_checkpointing=setup.activation_checkpointing,
                      attention=setup.attention, lora_rank=setup.lora_rank, lora_targets=list(setup.lora_targets),
-                     adapter_dtype=adapter)
+                     adapter_dtype=adapter, engine=engine,
+                     hf_config=load_config(args.model)[0] if engine == "transformers" and args.model else None)
     try:
         result = run_measurement(job, args.measure_timeout_s, progress)
     except MeasureError as err:
@@ -555,11 +568,31 @@ def _measure(setup: Setup, args: MemoryInput, progress: Progress) -> MeasuredOut
     analytic = twin_b.allocated_peak_bytes
     parts = next(p for p in twin_b.phases if p.name == twin_b.peak_phase).parts
     return MeasuredOut(peak_bytes=result.peak_bytes, analytic_peak_bytes=analytic,
-                       ratio=round(analytic / result.peak_bytes, 4), categories=result.categories,
+                       ratio=round(analytic / result.peak_bytes, 4), engine=result.engine,  # type: ignore[arg-type]
+                       model_class=result.model_class, transformers_version=result.transformers_version,
+                       attention_kernels=result.attention_kernels, corrections=result.corrections,
+                       cannot_show=result.cannot_show, categories=result.categories,
                        analytic_breakdown={k: v for k, v in parts.items() if v}, analytic_peak_phase=twin_b.peak_phase,
                        peak_phase=result.peak_phase, seconds=result.seconds,
-                       tracker=f"{result.tracker} (torch {result.torch_version}, FakeTensorMode on CPU)",
+                       tracker=f"{result.tracker} (torch {result.torch_version}, FakeTensorMode on CPU, CUDA kernel "
+                       "choice, fused dropout and autocast policy emulated)",
                        compared_setup="; ".join(differences))
+
+
+def measure_engine(setup: Setup, model: str | None) -> tuple[str, str]:
+    """Which model measured mode runs, and the reason in words: the real Hugging Face class when
+    transformers (and peft, for LoRA) can be imported and the model comes from a config, else the
+    built-in re-implementation."""
+    from .measured import module_found
+
+    if model is None:
+        return "builtin", "built-in re-implementation (no config.json to build a Hugging Face class from)"
+    if not module_found("transformers"):
+        return "builtin", ("built-in re-implementation (transformers is not installed here: pip install transformers "
+                           "to measure the real Hugging Face class)")
+    if setup.lora_rank and not module_found("peft"):
+        return "builtin", "built-in LoRA re-implementation (peft is not installed here: pip install peft)"
+    return "transformers", "the real Hugging Face class (transformers)"
 
 
 # ---- the tool -----------------------------------------------------------------------------------------------
