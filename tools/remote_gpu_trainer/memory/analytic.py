@@ -386,7 +386,8 @@ def _numerics(setup: Setup, d: dict[str, str]) -> Numerics:
     return Numerics(param_dtype=d["compute"] if not autocast else "fp32", half=setup.half, autocast=autocast,
                     adapter_dtype="fp32" if autocast else (setup.half if setup.strategy in FSDP and setup.mixed
                                                            else d["adapter"]),
-                    dropout_mask_bytes=setup.dropout_mask_bytes, dropout=setup.dropout, attention=setup.attention)
+                    dropout_mask_bytes=setup.dropout_mask_bytes, dropout=setup.dropout, attention=setup.attention,
+                    checkpointing=setup.activation_checkpointing)
 
 
 def _step_temporaries(setup: Setup, tensors: list[TensorInfo], d: dict[str, str]) -> int:
@@ -487,6 +488,17 @@ def estimate(setup: Setup) -> Breakdown:
                  "working set": w_forward_end() + sum(saved_copies) + root_copies + autocast_cache,
                  "activations": sum(saved_blocks) + root_saved - root_copies,
                  "logits": loss_saved + (prof.logits_bytes + prof.logits_upcast_bytes if prof else 0)}
+    if prof is not None and blocks:  # the costliest block forward: saved so far plus its live intermediates
+        # checkpointed: the inputs kept before block k, then everything block k holds while it runs;
+        # otherwise: all saved up to and with block k, and its live intermediates beyond that
+        fwd_temp = prof.block_forward_temp_checkpointed if ckpt else prof.block_forward_temp
+        upto = 0 if ckpt else 1
+        k = max(range(len(blocks)), key=lambda i: sum(saved_blocks[:i + upto]) + fwd_temp[i])
+        block_parts = {"states": base + grads_always,
+                       "working set": w_forward_end() + sum(saved_copies[:k + 1]) + autocast_cache,
+                       "activations": sum(saved_blocks[:k + upto]) + root_embed_side, "temporaries": fwd_temp[k]}
+        phases.append(Phase(f"forward through block {k + 1}/{len(blocks)}", sum(block_parts.values()),
+                            block_parts))
     phases.append(Phase("forward end (loss computed)", sum(fwd_parts.values()), fwd_parts))
     loss_parts = {**fwd_parts, "working set": fwd_parts["working set"] - autocast_cache,
                   "logits": loss_saved + loss_extra}

@@ -72,6 +72,8 @@ class Numerics:
     """Bytes saved per element by dropout: CUDA keeps a 1-byte mask (0 = a tensor of the input's dtype)."""
     dropout: bool = True
     attention: str = "sdpa"
+    checkpointing: bool = False
+    """Hugging Face gradient checkpointing is on (T5 then makes its cross-attention bias require grad)."""
 
 
 @dataclass(frozen=True)
@@ -91,11 +93,25 @@ class Attn:
     dropout: float = 0.0
     bias: Sym | None = None
     """T5: the float position-bias mask this layer passes (made per layer, requires grad)."""
+    q_heads_major: bool = False
+    """q is laid out (batch, heads, s, d) — made by ``cat`` (Phi-3's partial RoPE, MLA) — rather than a
+    (batch, s, heads, d) projection view: flash attention writes its output in q's layout, so Hugging
+    Face's ``transpose(1, 2).contiguous()`` then copies it."""
+
+
+@dataclass(eq=False)
+class Op:
+    """One recorded op: the tensors its backward produces gradients for, and the one it made."""
+
+    inputs: tuple[Sym, ...]
+    out: Sym
+    extra: int = 0
+    """Bytes its backward allocates beyond the gradients of its inputs (kernel buffers)."""
 
 
 @dataclass
 class Trace:
-    """Records the tensors autograd saves while the ops of one region run."""
+    """Records the ops of one region (a block, or everything outside the blocks) and what they save."""
 
     num: Numerics
     lora_rank: int = 0
@@ -108,24 +124,91 @@ class Trace:
     largest_act: int = 0
     _cast_cache: dict[int, Sym] = field(default_factory=dict)
     serial: int = field(default_factory=itertools.count().__next__)
+    ops: list[Op] = field(default_factory=list)
+    held: list[Sym] = field(default_factory=list)
+    """Tensors Python keeps referenced until the region returns (its input, held by the caller's loop
+    variable; a block's named intermediates), whatever their last op."""
+    _first_saver: dict[int, int] = field(default_factory=dict)
+    """Saved tensor → index of the first op that saved it (autograd frees it after that op's backward)."""
 
     @property
     def trains(self) -> bool:
         return not self.frozen_base
 
     # ---- bookkeeping ----------------------------------------------------------------------------
-    def new(self, numel: int, dtype: str, rg: bool, kind: str = "act") -> Sym:
+    def new(self, numel: int, dtype: str, rg: bool, kind: str = "act", src: tuple[Sym, ...] = (),
+            extra: int = 0) -> Sym:
+        """The output of an op reading ``src`` (autograd passes its gradient back to them)."""
         t = Sym(numel, dtype, rg, kind)
         if kind == "act":
             self.largest_act = max(self.largest_act, t.nbytes)
+            self.ops.append(Op(src, t, extra))
         return t
 
-    def save(self, *tensors: Sym) -> None:
+    def save(self, *tensors: Sym, by_last: bool = False) -> None:
+        """Tensors the op being recorded keeps for its backward: the next ``new``, or with ``by_last`` the
+        op just recorded (an op that keeps its own output)."""
         for t in tensors:
             if t.kind == "param":  # parameters are counted as model states, not activations
                 continue
-            if self.owners.setdefault(t.serial, self.serial) == self.serial:
+            if self.owners.setdefault(t.serial, self.serial) == self.serial and t.serial not in self.saved:
                 self.saved[t.serial] = t
+                self._first_saver[t.serial] = len(self.ops) - (1 if by_last else 0)
+
+    def backward_peak(self) -> int:
+        """Activation and gradient bytes of this region at its costliest moment of backward.
+
+        Ops run backward in reverse order. When op i runs, alive are: every tensor the region saved whose
+        first saver is op i or earlier (autograd frees a saved tensor after its saver's backward), the
+        gradients already computed and not yet consumed (a tensor's gradient lives from its last
+        consumer's backward to its producer's), the new gradients of op i's inputs and op i's own
+        buffers. Parameter gradients are model states, counted elsewhere.
+        """
+        last = len(self.ops) - 1
+        free_after: dict[int, int] = {}
+        for serial, index in self._first_saver.items():
+            t = self.saved[serial]
+            if t.kind != "param_copy":
+                free_after[min(index, last)] = free_after.get(min(index, last), 0) + t.nbytes
+        alive = sum(free_after.values())
+        grads: dict[int, int] = {}
+        peak = 0
+        for index in range(last, -1, -1):
+            op = self.ops[index]
+            if op.out.rg:
+                grads.setdefault(op.out.serial, op.out.nbytes)
+            inputs = {x.serial: x.nbytes for x in op.inputs if x.rg and x.kind == "act"}
+            peak = max(peak, alive + sum(grads.values()) + sum(inputs.values()) + op.extra)
+            grads.update(inputs)
+            grads.pop(op.out.serial, None)
+            alive -= free_after.get(index, 0)
+        return peak
+
+    def forward_peak(self, keeps: bool = True) -> int:
+        """Activation bytes of this region at its costliest moment of forward: what it has saved so far
+        (``keeps``; nothing under checkpointing) and the tensors made but still to be read by a later op."""
+        last_use: dict[int, int] = {}
+        for index, op in enumerate(self.ops):
+            for x in op.inputs:
+                last_use[x.serial] = index
+        for x in self.held:
+            last_use[x.serial] = len(self.ops)
+        saved_at: dict[int, int] = {}
+        for serial, index in self._first_saver.items():
+            if self.saved[serial].kind != "param_copy":
+                saved_at[index] = saved_at.get(index, 0) + self.saved[serial].nbytes
+        outside = sum(x.nbytes for x in self.held if all(x is not op.out for op in self.ops))
+        kept, live, peak = 0, outside, 0
+        ending: dict[int, int] = {}
+        for index, op in enumerate(self.ops):
+            kept += saved_at.get(index, 0) if keeps else 0
+            if op.out.serial not in self.saved or not keeps:
+                live += op.out.nbytes
+                end = last_use.get(op.out.serial, index)
+                ending[end] = ending.get(end, 0) + op.out.nbytes
+            peak = max(peak, kept + live)
+            live -= ending.pop(index, 0)
+        return peak
 
     def saved_bytes(self, kind: str | None = None) -> int:
         return sum(t.nbytes for t in self.saved.values() if kind is None or t.kind == kind)
@@ -136,7 +219,7 @@ class Trace:
     # ---- casts --------------------------------------------------------------------------------------
     def to(self, x: Sym, dtype: str) -> Sym:
         """``x.to(dtype)``: a new tensor when the dtype changes; saves nothing."""
-        return x if x.dtype == dtype else self.new(x.numel, dtype, x.rg)
+        return x if x.dtype == dtype else self.new(x.numel, dtype, x.rg, src=(x,))
 
     def autocast_in(self, x: Sym) -> Sym:
         """autocast casts the inputs of low-precision ops (linear, matmul, SDPA); weights are cached."""
@@ -146,11 +229,15 @@ class Trace:
             if x.serial not in self._cast_cache:
                 self._cast_cache[x.serial] = Sym(x.numel, self.num.half, x.rg, "param_copy")
             return self._cast_cache[x.serial]
-        return self.new(x.numel, self.num.half, x.rg)
+        return self.new(x.numel, self.num.half, x.rg, src=(x,))
 
     def fp32_op_in(self, x: Sym) -> Sym:
         """CUDA autocast runs ``pow``, ``rsqrt``, ``layer_norm``… in fp32: a 16-bit input is cast up."""
         return self.to(x, "fp32") if self.num.autocast and x.dtype in HALF else x
+
+    def derive(self, numel: int, dtype: str, *src: Sym) -> Sym:
+        """A tensor computed from ``src`` by ops that save nothing (slices, cat, reshape copies)."""
+        return self.new(numel, dtype, any(t.rg for t in src), src=src)
 
     # ---- ops ------------------------------------------------------------------------------------------
     def linear(self, x: Sym, lin: Linear, tokens: int) -> Sym:
@@ -164,10 +251,10 @@ class Trace:
         b = self.param(self.lora_rank * lin.out_features, True, self.num.adapter_dtype)
         adapter_in = self.to(x, self.num.adapter_dtype)
         if self.num.autocast and adapter_in is x and x.dtype != "fp32":
-            adapter_in = self.new(x.numel, "fp32", x.rg)  # PEFT's cast up, then autocast's cast down (new)
+            adapter_in = self.new(x.numel, "fp32", x.rg, src=(x,))  # PEFT's cast up (autocast casts down again)
         mid = self._matmul(adapter_in, a, tokens * self.lora_rank)
         delta = self._matmul(mid, b, tokens * lin.out_features)
-        result = self.new(out.numel, _promote(out.dtype, delta.dtype), True)
+        result = self.new(out.numel, _promote(out.dtype, delta.dtype), True, src=(out, delta))
         return self.to(result, out.dtype)
 
     def _matmul(self, x: Sym, w: Sym, out_numel: int) -> Sym:
@@ -177,71 +264,71 @@ class Trace:
         if xc.rg:
             self.save(wc)
         dtype = xc.dtype if self.num.autocast else _promote(x.dtype, w.dtype)
-        return self.new(out_numel, dtype, x.rg or w.rg)
+        return self.new(out_numel, dtype, x.rg or w.rg, src=(xc,))
 
     def layernorm(self, x: Sym, rows: int) -> Sym:
         """``native_layer_norm`` saves input, mean and rstd (CUDA autocast runs it in fp32)."""
         xin = self.fp32_op_in(x)
         rg = x.rg or self.trains
         if rg:
-            self.save(xin, self.new(rows, "fp32", True), self.new(rows, "fp32", True))
-        return self.new(x.numel, xin.dtype, rg)
+            self.save(xin, Sym(rows, "fp32", True), Sym(rows, "fp32", True))
+        return self.new(x.numel, xin.dtype, rg, src=(xin,))
+
+    def _rms(self, x: Sym, rows: int) -> Sym:
+        """``x32 * rsqrt(x32.pow(2).mean(-1) + eps)``: pow keeps x32, rsqrt its output, the product both."""
+        x32 = self.to(x, "fp32")
+        rstd = self.new(rows, "fp32", x.rg, src=(x32,))
+        if x.rg:
+            self.save(x32, rstd)
+        return self.new(x.numel, "fp32", x.rg, src=(x32, rstd))
 
     def rmsnorm_llama(self, x: Sym, rows: int) -> Sym:
         """HF ``LlamaRMSNorm``: x.float(); x * rsqrt(x.pow(2).mean() + eps); weight * x.to(dtype)."""
-        x32 = self.to(x, "fp32")
-        rstd = self.new(rows, "fp32", x.rg)
-        if x.rg:
-            self.save(x32, rstd)  # pow saves x32; rsqrt saves its output; the product saves both
-        normed = self.new(x.numel, "fp32", x.rg)
-        cast = self.to(normed, x.dtype)
+        cast = self.to(self._rms(x, rows), x.dtype)
         if self.trains:
             self.save(cast)
-        return self.new(x.numel, _promote(cast.dtype, self.num.param_dtype), x.rg or self.trains)
+        return self.new(x.numel, _promote(cast.dtype, self.num.param_dtype), x.rg or self.trains, src=(cast,))
 
     def rmsnorm_gemma(self, x: Sym, rows: int) -> Sym:
         """HF ``Gemma3RMSNorm``: out = norm(x.float()) * (1 + weight.float()); ``type_as(x)``."""
-        x32 = self.to(x, "fp32")
-        rstd = self.new(rows, "fp32", x.rg)
-        if x.rg:
-            self.save(x32, rstd)
-        normed = self.new(x.numel, "fp32", x.rg)
+        normed = self._rms(x, rows)
         if self.trains:
             self.save(normed)
-        return self.to(self.new(x.numel, "fp32", x.rg or self.trains), x.dtype)
+        return self.to(self.new(x.numel, "fp32", x.rg or self.trains, src=(normed,)), x.dtype)
 
     def rmsnorm_t5(self, x: Sym, rows: int) -> Sym:
         """HF ``T5LayerNorm``: fp32 variance, ``x * rsqrt`` (promotes to fp32), cast to 16-bit weights."""
         x32 = self.to(x, "fp32")
-        rstd = self.new(rows, "fp32", x.rg)
+        rstd = self.new(rows, "fp32", x.rg, src=(x32,))
         if x.rg:
             self.save(x32, x, rstd)
-        normed = self.new(x.numel, "fp32", x.rg)
+        normed = self.new(x.numel, "fp32", x.rg, src=(x, rstd))
         if self.num.param_dtype != "fp32":
             normed = self.to(normed, self.num.param_dtype)
         if self.trains:
             self.save(normed)
-        return self.new(x.numel, _promote(normed.dtype, self.num.param_dtype), x.rg or self.trains)
+        return self.new(x.numel, _promote(normed.dtype, self.num.param_dtype), x.rg or self.trains, src=(normed,))
 
     def unary(self, x: Sym, saves: str) -> Sym:
         """Elementwise activation: ``saves`` is ``input`` (GELU, SiLU) or ``output`` (ReLU, tanh)."""
-        out = self.new(x.numel, x.dtype, x.rg)
-        if x.rg:
-            self.save(x if saves == "input" else out)
+        if x.rg and saves == "input":
+            self.save(x)
+        out = self.new(x.numel, x.dtype, x.rg, src=(x,))
+        if x.rg and saves == "output":
+            self.save(out, by_last=True)
         return out
 
     def gelu_new(self, x: Sym) -> Sym:
         """HF ``NewGELUActivation``: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), op by op."""
-        if not x.rg:
-            return self.new(x.numel, x.dtype, False)
         xp = self.fp32_op_in(x)  # pow is an fp32 op under CUDA autocast
-        self.save(xp)
-        inner = _promote(x.dtype, xp.dtype)
-        t = self.new(x.numel, inner, True)  # tanh keeps its output
-        half_x = self.new(x.numel, x.dtype, True)  # 0.5 * x
-        one_plus = self.new(x.numel, inner, True)  # 1.0 + tanh(...)
-        self.save(t, half_x, one_plus)
-        return self.new(x.numel, _promote(x.dtype, inner), True)
+        if x.rg:
+            self.save(xp)
+        cube = self.new(x.numel, xp.dtype, x.rg, src=(xp,))
+        inner = self.derive(x.numel, _promote(x.dtype, xp.dtype), x, cube)  # √(2/π)·(x + 0.044715·x³)
+        t = self.unary(inner, "output")
+        one_plus = self.derive(x.numel, t.dtype, t)
+        half_x = self.derive(x.numel, x.dtype, x)
+        return self.mul(half_x, one_plus)
 
     def act(self, x: Sym, name: str) -> Sym:
         if name == "gelu_new":
@@ -253,23 +340,22 @@ class Trace:
             self.save(b)
         if b.rg:
             self.save(a)
-        return self.new(max(a.numel, b.numel), _promote(a.dtype, b.dtype), a.rg or b.rg)
+        return self.new(max(a.numel, b.numel), _promote(a.dtype, b.dtype), a.rg or b.rg, src=(a, b))
 
     def add(self, a: Sym, b: Sym) -> Sym:
-        return self.new(max(a.numel, b.numel), _promote(a.dtype, b.dtype), a.rg or b.rg)
+        return self.new(max(a.numel, b.numel), _promote(a.dtype, b.dtype), a.rg or b.rg, src=(a, b))
 
     def dropout(self, x: Sym, p: float) -> Sym:
         if p <= 0 or not self.num.dropout:
             return x
-        out = self.new(x.numel, x.dtype, x.rg)
         if x.rg:
             per = self.num.dropout_mask_bytes or BYTES[x.dtype]
             self.save(Sym(x.numel * per, "bool", True))
-        return out
+        return self.new(x.numel, x.dtype, x.rg, src=(x,))
 
     def copy(self, x: Sym) -> Sym:
         """A materialising reshape/contiguous/expand copy: new storage, nothing saved."""
-        return self.new(x.numel, x.dtype, x.rg)
+        return self.new(x.numel, x.dtype, x.rg, src=(x,))
 
     # ---- attention ------------------------------------------------------------------------------------
     def attention(self, q: Sym, k: Sym, v: Sym, spec: Attn) -> Sym:
@@ -278,12 +364,15 @@ class Trace:
             return self._eager(q, k, v, spec)
         kv_heads, gqa = hf_sdpa_heads(spec.heads, spec.kv_heads, spec.head_dim, spec.v_head_dim, spec.mask)
         full_k = spec.batch * spec.heads * spec.seq_k
-        if kv_heads != spec.kv_heads:  # HF's repeat_kv materialises full-width keys and values
-            k, v = self.new(full_k * spec.head_dim, k.dtype, k.rg), self.new(full_k * spec.v_head_dim, v.dtype, v.rg)
+        if kv_heads != spec.kv_heads:
+            k, v = self._repeat_kv(k, v, spec)
+            if spec.kv_heads == 1:  # expanded views: autocast's cast materialises every head
+                k, v = (self.new(full_k * d, self.num.half, t.rg, src=(t,)) if self.num.autocast and t.dtype == "fp32"
+                        else t for t, d in ((k, spec.head_dim), (v, spec.v_head_dim)))
         q, k, v = self.autocast_in(q), self.autocast_in(k), self.autocast_in(v)
         mask = spec.bias
         if mask is not None and self.num.autocast and mask.dtype == "fp32":
-            mask = self.new(mask.numel, q.dtype, mask.rg)  # autocast casts a float mask too
+            mask = self.new(mask.numel, q.dtype, mask.rg, src=(mask,))  # autocast casts a float mask too
         call = SdpaCall(dtype=q.dtype, q_heads=spec.heads, kv_heads=kv_heads, head_dim=spec.head_dim,
                         v_head_dim=spec.v_head_dim, mask=spec.mask, causal=spec.causal and not spec.mask,
                         seq_q=spec.seq_q, seq_k=spec.seq_k, dropout=spec.dropout, enable_gqa=gqa)
@@ -291,57 +380,80 @@ class Trace:
         rg = q.rg or k.rg or v.rg
         out_numel = spec.batch * spec.heads * spec.seq_q * spec.v_head_dim
         if kernel in ("flash", "efficient"):
-            out = self.new(out_numel, q.dtype, rg)
-            if not rg:
-                return out
-            rows = spec.seq_q if kernel == "flash" else efficient_lse_rows(spec.seq_q)
-            self.save(q, k, v, out, self.new(spec.batch * spec.heads * rows, "fp32", True))
+            src = (q, k, v)
+            extra = 0
             if kernel == "efficient" and spec.mask:  # the converted (and padded) additive mask
                 if mask is None:
                     mask = Sym(spec.batch * spec.seq_q * _ceil8(spec.seq_k), q.dtype, False, "const")
                 elif spec.seq_k % 8:
-                    mask = self.new(mask.numel // spec.seq_k * _ceil8(spec.seq_k), mask.dtype, mask.rg)
-                self.save(mask)
+                    mask = self.new(mask.numel // spec.seq_k * _ceil8(spec.seq_k), mask.dtype, mask.rg, src=(mask,))
+                if mask.rg:  # its gradient is computed at the expanded (b, heads, s, ceil16(s)) size, then summed
+                    src = (*src, mask)
+                    extra = spec.batch * spec.heads * spec.seq_q * -(-spec.seq_k // 16) * 16 * BYTES[mask.dtype]
+                if rg:
+                    self.save(mask)
+            if rg:
+                rows = spec.seq_q if kernel == "flash" else efficient_lse_rows(spec.seq_q)
+                self.save(q, k, v, Sym(spec.batch * spec.heads * rows, "fp32", True))
+            out = self.new(out_numel, q.dtype, rg, src=src, extra=extra)
+            if rg:
+                self.save(out, by_last=True)
+            if kernel == "flash" and spec.q_heads_major:
+                return self.copy(out)
             return out  # written as (b, s, heads, d): HF's transpose(1, 2).contiguous() is free
         # math: inputs upcast to fp32, q and k scaled, GQA repeated, the softmax kept in fp32
         acc = "fp32" if q.dtype in HALF else q.dtype
-        scores = spec.batch * spec.heads * spec.seq_q * spec.seq_k
-        qs = self.new(q.numel, acc, q.rg)
-        ks = self.new(full_k * spec.head_dim, acc, k.rg)
-        probs = self.new(scores, acc, rg)
-        vv = v if (v.dtype == acc and not gqa) else self.new(full_k * spec.v_head_dim, acc, v.rg)
+        n_scores = spec.batch * spec.heads * spec.seq_q * spec.seq_k
+        qs = self.new(q.numel, acc, q.rg, src=(q,))
+        ks = self.new(full_k * spec.head_dim, acc, k.rg, src=(k,))
+        vv = v if (v.dtype == acc and not gqa) else self.new(full_k * spec.v_head_dim, acc, v.rg, src=(v,))
         if rg:
-            self.save(qs, ks, probs, vv)
-            if spec.dropout > 0 and self.num.dropout:
-                probs = self.new(scores, acc, True)
-                self.save(Sym(scores, "bool", True), probs)
-        out = self.to(self.new(out_numel, acc, rg), q.dtype)
+            self.save(qs, ks)
+        scores = self.new(n_scores, acc, rg, src=(qs, ks))
+        probs = self.new(n_scores, acc, rg, src=(scores,))  # _safe_softmax keeps its output
+        if rg:
+            self.save(probs, by_last=True)
+        if rg and spec.dropout > 0 and self.num.dropout:
+            self.save(Sym(n_scores, "bool", True))
+            probs = self.new(n_scores, acc, True, src=(probs,))
+        if rg:
+            self.save(probs, vv)
+        out = self.to(self.new(out_numel, acc, rg, src=(probs, vv)), q.dtype)
         return self.copy(out)
+
+    def _repeat_kv(self, k: Sym, v: Sym, spec: Attn) -> tuple[Sym, Sym]:
+        """HF ``repeat_kv``: expand + reshape copies full-width keys and values; with one key/value head
+        (multi-query) the reshape is a view and copies nothing."""
+        if spec.kv_heads == 1:
+            return k, v
+        full = spec.batch * spec.heads * spec.seq_k
+        return (self.new(full * spec.head_dim, k.dtype, k.rg, src=(k,)),
+                self.new(full * spec.v_head_dim, v.dtype, v.rg, src=(v,)))
 
     def _eager(self, q: Sym, k: Sym, v: Sym, spec: Attn) -> Sym:
         """HF ``eager_attention_forward``: repeat_kv, q·kᵀ·scale (+mask), softmax (fp32 for decoders), ·v."""
-        full_k = spec.batch * spec.heads * spec.seq_k
         if spec.kv_heads != spec.heads:
-            k, v = self.new(full_k * spec.head_dim, k.dtype, k.rg), self.new(full_k * spec.v_head_dim, v.dtype, v.rg)
+            k, v = self._repeat_kv(k, v, spec)
         qc, kc = self.autocast_in(q), self.autocast_in(k)
         rg = qc.rg or kc.rg
         if rg:
             self.save(qc, kc)
-        scores = spec.batch * spec.heads * spec.seq_q * spec.seq_k
-        dtype = qc.dtype
+        n_scores = spec.batch * spec.heads * spec.seq_q * spec.seq_k
+        scores = self.new(n_scores, qc.dtype, rg, src=(qc, kc))
         if spec.bias is not None or spec.mask or spec.causal:  # + additive mask in the model's dtype
-            dtype = _promote(dtype, spec.bias.dtype if spec.bias is not None else self.num.param_dtype)
-        probs32 = self.new(scores, "fp32" if self.num.autocast else dtype, rg)
+            mask_dtype = spec.bias.dtype if spec.bias is not None else self.num.param_dtype
+            scores = self.new(n_scores, _promote(scores.dtype, mask_dtype), rg, src=(scores,))
+        probs32 = self.new(n_scores, "fp32" if self.num.autocast else scores.dtype, rg, src=(scores,))
         if rg:
-            self.save(probs32)
-        probs = self.to(probs32, q.dtype)
-        probs = self.dropout(probs, spec.dropout)
+            self.save(probs32, by_last=True)
+        probs = self.dropout(self.to(probs32, q.dtype), spec.dropout)
         pc, vc = self.autocast_in(probs), self.autocast_in(v)
         if pc.rg:
             self.save(vc)
         if vc.rg:
             self.save(pc)
-        return self.copy(self.new(spec.batch * spec.heads * spec.seq_q * spec.v_head_dim, pc.dtype, pc.rg or vc.rg))
+        out = self.new(spec.batch * spec.heads * spec.seq_q * spec.v_head_dim, pc.dtype, pc.rg or vc.rg, src=(pc, vc))
+        return self.copy(out)
 
 
 def _promote(a: str, b: str) -> str:
@@ -366,9 +478,10 @@ def _lin(arch: Architecture, kind: str) -> dict[str, Linear]:
 
 
 def _spec(arch: Architecture, sh: Shape, causal: bool, mask: bool = False, bias: Sym | None = None,
-          kv_heads: int | None = None, head_dim: int | None = None, v_head_dim: int | None = None) -> Attn:
+          kv_heads: int | None = None, head_dim: int | None = None, v_head_dim: int | None = None,
+          q_heads_major: bool = False) -> Attn:
     return Attn(sh.batch, sh.seq, sh.seq, arch.num_heads, kv_heads or arch.num_kv_heads, head_dim or arch.head_dim,
-                v_head_dim or head_dim or arch.head_dim, causal, mask, arch.attention_dropout, bias)
+                v_head_dim or head_dim or arch.head_dim, causal, mask, arch.attention_dropout, bias, q_heads_major)
 
 
 def gpt2_block(tr: Trace, arch: Architecture, x: Sym, sh: Shape) -> Sym:
@@ -395,6 +508,7 @@ def bert_block(tr: Trace, arch: Architecture, x: Sym, sh: Shape) -> Sym:
     o = tr.attention(q, k, v, _spec(arch, sh, causal=False))
     a = tr.dropout(tr.linear(o, lin["attention.output.dense"], tokens), arch.hidden_dropout)
     x = tr.layernorm(tr.add(a, x), tokens)
+    tr.held.append(x)  # BertLayer's attention_output: referenced until the layer returns
     i = tr.act(tr.linear(x, lin["intermediate.dense"], tokens), arch.activation)
     m = tr.dropout(tr.linear(i, lin["output.dense"], tokens), arch.hidden_dropout)
     return tr.layernorm(tr.add(m, x), tokens)
@@ -421,10 +535,12 @@ def _gated_mlp(tr: Trace, n: Sym, lins: list[Linear], tokens: int, act: str) -> 
     """SwiGLU / GeGLU: down(act(gate(n)) * up(n)); a fused gate_up is one linear whose halves are views."""
     if len(lins) == 2:  # Phi-3 gate_up_proj: act saves the gate half, mul the up half (views of one output)
         gate_up = tr.linear(n, lins[0], tokens)
-        a = tr.new(gate_up.numel // 2, gate_up.dtype, gate_up.rg)
         if gate_up.rg:
-            tr.save(gate_up, a)
-        return tr.linear(tr.new(a.numel, a.dtype, a.rg), lins[1], tokens)
+            tr.save(gate_up)
+        a = tr.new(gate_up.numel // 2, gate_up.dtype, gate_up.rg, src=(gate_up,))
+        if gate_up.rg:
+            tr.save(a)
+        return tr.linear(tr.derive(a.numel, a.dtype, a, gate_up), lins[1], tokens)
     gate = tr.act(tr.linear(n, lins[0], tokens), act)
     up = tr.linear(n, lins[1], tokens)
     return tr.linear(tr.mul(gate, up), lins[2], tokens)
@@ -441,31 +557,37 @@ def _moe(tr: Trace, arch: Architecture, n: Sym, tokens: int, routing: Routing, s
     e, i = arch.num_experts, arch.moe_intermediate_size
     rows = routing.rows(arch, tokens)
     logits = tr.linear(n, Linear("router", arch.hidden_size, e, arch.moe_style == "gpt_oss"), tokens)
-    probs = tr.new(tokens * e, "fp32", logits.rg)  # softmax(logits.float()) keeps its fp32 output
+    probs = tr.new(tokens * e, "fp32", logits.rg, src=(logits,))  # softmax(logits.float()) keeps its output
     if logits.rg:
-        tr.save(probs)
+        tr.save(probs, by_last=True)
     tr.save(Sym(tokens * arch.experts_per_token, "int64", False, "const"))  # topk keeps the chosen indices
-    weights = tr.new(rows, "fp32", probs.rg)
-    if weights.rg:  # top-k values renormalised in place; the gather by the sort order keeps its indices
-        tr.save(weights, tr.new(tokens, "fp32", True))
+    top = tr.new(tokens * arch.experts_per_token, "fp32", probs.rg, src=(probs,))
+    if top.rg:  # top-k values renormalised in place: the division keeps both operands
+        tr.save(top, Sym(tokens, "fp32", True))
     order = Sym(rows, "int64", False, "const")
-    tr.save(order, Sym(rows, "int64", False, "const"))  # token gather and restoring permutation
+    tr.save(order)  # the gathers by the sort order keep their indices
+    weights = tr.new(rows, "fp32", top.rg, src=(top,))
     expert_dtype = tr.num.param_dtype
-    xs = tr.new(rows * arch.hidden_size, n.dtype, n.rg)  # hidden_states[perm // k]
-    xs = tr.to(xs, expert_dtype)
-    w_up = tr.param(e * 2 * i * arch.hidden_size, tr.trains, expert_dtype)
-    if w_up.rg:
+    xs = tr.to(tr.derive(rows * arch.hidden_size, n.dtype, n), expert_dtype)  # hidden_states[perm // k]
+    # torch's grouped_mm (bf16 only) keeps its input for the weight gradient; transformers' fallback loop for
+    # other dtypes keeps input and weight whatever needs a gradient
+    keeps = tr.trains or expert_dtype != "bf16"
+    if keeps:
         tr.save(xs)
-    gate_up = tr.new(rows * 2 * i, expert_dtype, xs.rg or w_up.rg)
-    a = tr.new(rows * i, expert_dtype, gate_up.rg)
+    gate_up = tr.new(rows * 2 * i, expert_dtype, xs.rg or tr.trains, src=(xs,))
     if gate_up.rg:
-        tr.save(gate_up, a)  # act keeps the gate half, the product the up half and act's output
-    h = tr.new(rows * i, expert_dtype, a.rg)
-    if tr.trains:
+        tr.save(gate_up)
+    a = tr.new(rows * i, expert_dtype, gate_up.rg, src=(gate_up,))  # act(gate); the product keeps both
+    if a.rg:
+        tr.save(a)
+    h = tr.derive(rows * i, expert_dtype, a, gate_up)
+    if keeps:
         tr.save(h)
-    down = tr.new(rows * arch.hidden_size, expert_dtype, h.rg or tr.trains)
+    down = tr.new(rows * arch.hidden_size, expert_dtype, h.rg or tr.trains, src=(h,))
     out = tr.mul(down, weights)
-    combined = tr.to(tr.new(tokens * arch.hidden_size, out.dtype, out.rg), n.dtype)
+    tr.save(Sym(rows, "int64", False, "const"))  # weighted_out[inv_perm]
+    restored = tr.derive(rows * arch.hidden_size, out.dtype, out)
+    combined = tr.to(tr.derive(tokens * arch.hidden_size, out.dtype, restored), n.dtype)  # sum over the k choices
     if shared:
         gated = [lin for lin in shared if lin.name.endswith("shared_expert_gate")]
         s_out = _gated_mlp(tr, n, [lin for lin in shared if lin not in gated], tokens, arch.activation)
@@ -485,18 +607,19 @@ def _mla(tr: Trace, arch: Architecture, n: Sym, sh: Shape, lin: dict[str, Linear
     else:
         q = tr.linear(n, lin["self_attn.q_proj"], tokens)
     ckv = tr.linear(n, lin["self_attn.kv_a_proj_with_mqa"], tokens)
-    latent = tr.rmsnorm_llama(tr.new(tokens * arch.kv_lora_rank, ckv.dtype, ckv.rg), tokens)
+    latent = tr.rmsnorm_llama(tr.derive(tokens * arch.kv_lora_rank, ckv.dtype, ckv), tokens)
     kv = tr.linear(latent, lin["self_attn.kv_b_proj"], tokens)
     rope = Sym(sh.seq * arch.qk_rope_head_dim, q.dtype, False, "const")
-    q_pe = tr.add(tr.mul(tr.new(tokens * a * arch.qk_rope_head_dim, q.dtype, q.rg), rope),
-                  tr.mul(tr.new(tokens * a * arch.qk_rope_head_dim, q.dtype, q.rg), rope))
-    k_pe = tr.add(tr.mul(tr.new(tokens * arch.qk_rope_head_dim, ckv.dtype, ckv.rg), rope),
-                  tr.mul(tr.new(tokens * arch.qk_rope_head_dim, ckv.dtype, ckv.rg), rope))
+    q_rot = tr.derive(tokens * a * arch.qk_rope_head_dim, q.dtype, q)
+    k_rot = tr.derive(tokens * arch.qk_rope_head_dim, ckv.dtype, ckv)
+    q_pe = tr.add(tr.mul(q_rot, rope), tr.mul(tr.copy(q_rot), rope))
+    k_pe = tr.add(tr.mul(k_rot, rope), tr.mul(tr.copy(k_rot), rope))
     qk = arch.qk_nope_head_dim + arch.qk_rope_head_dim
-    q_full = tr.new(tokens * a * qk, _promote(q.dtype, q_pe.dtype), q.rg or q_pe.rg)  # cat(q_nope, q_pe)
-    k_full = tr.new(tokens * a * qk, _promote(kv.dtype, k_pe.dtype), kv.rg or k_pe.rg)  # cat(k_nope, k_pe)
-    v = tr.new(tokens * a * arch.v_head_dim, kv.dtype, kv.rg)
-    o = tr.attention(q_full, k_full, v, _spec(arch, sh, True, kv_heads=a, head_dim=qk, v_head_dim=arch.v_head_dim))
+    q_full = tr.derive(tokens * a * qk, _promote(q.dtype, q_pe.dtype), q, q_pe)  # cat(q_nope, q_pe)
+    k_full = tr.derive(tokens * a * qk, _promote(kv.dtype, k_pe.dtype), kv, k_pe)  # cat(k_nope, k_pe expanded)
+    v = tr.derive(tokens * a * arch.v_head_dim, kv.dtype, kv)
+    o = tr.attention(q_full, k_full, v, _spec(arch, sh, True, kv_heads=a, head_dim=qk, v_head_dim=arch.v_head_dim,
+                                              q_heads_major=True))
     return tr.linear(o, lin["self_attn.o_proj"], tokens)
 
 
@@ -514,8 +637,8 @@ def llama_block(tr: Trace, arch: Architecture, x: Sym, sh: Shape, rope: Sym, kin
     else:
         if arch.fused_projections:  # one qkv output; q, k, v are views (RoPE makes new q and k)
             qkv = tr.linear(n, lin["self_attn.qkv_proj"], tokens)
-            q = tr.new(tokens * arch.inner_size, qkv.dtype, qkv.rg)
-            k = tr.new(tokens * arch.kv_size, qkv.dtype, qkv.rg)
+            q = tr.derive(tokens * arch.inner_size, qkv.dtype, qkv)
+            k = tr.derive(tokens * arch.kv_size, qkv.dtype, qkv)
             v = qkv
         else:
             q = tr.linear(n, lin["self_attn.q_proj"], tokens)
@@ -526,7 +649,8 @@ def llama_block(tr: Trace, arch: Architecture, x: Sym, sh: Shape, rope: Sym, kin
             k = norm(k, tokens * arch.num_kv_heads)
         q = tr.add(tr.mul(q, rope), tr.mul(tr.copy(q), rope))  # q·cos + rotate_half(q)·sin (cat copies)
         k = tr.add(tr.mul(k, rope), tr.mul(tr.copy(k), rope))
-        o = tr.attention(q, k, v, _spec(arch, sh, causal=True, mask=arch.window_masked(index, sh.seq)))
+        o = tr.attention(q, k, v, _spec(arch, sh, causal=True, mask=arch.window_masked(index, sh.seq),
+                                        q_heads_major=arch.fused_projections))  # Phi-3's partial RoPE: cat
         attn_out = tr.linear(o, lin["self_attn.o_proj"], tokens)
     if arch.sandwich_norms:
         attn_out = norm(attn_out, tokens)
@@ -542,29 +666,28 @@ def llama_block(tr: Trace, arch: Architecture, x: Sym, sh: Shape, rope: Sym, kin
     return tr.add(x, m)
 
 
-def t5_block(tr: Trace, arch: Architecture, kind: str, x: Sym, sh: Shape, bias: Sym, enc: Sym | None) -> Sym:
-    """HF ``T5Block``: T5LayerNorm, attention with the position bias as a float mask (a per-layer copy,
-    or for the causal decoder ``where(causal, bias, min)``), cross-attention in the decoder, FF."""
+def t5_block(tr: Trace, arch: Architecture, kind: str, x: Sym, sh: Shape, bias: Sym, enc: Sym | None,
+             cross_bias: Sym | None = None) -> Sym:
+    """HF ``T5Block``: T5LayerNorm, attention with the position bias as a float mask (a per-layer contiguous
+    copy, or for the causal decoder ``where(causal, bias, min)``), cross-attention in the decoder (its zero
+    bias is made once per stack and passed as is), FF."""
     tokens = sh.batch * sh.seq
     lin = _lin(arch, kind)
     p = arch.hidden_dropout
 
-    def attention(prefix: str, src: Sym, kv_src: Sym, causal: bool, b: Sym | None) -> Sym:
+    def attention(prefix: str, src: Sym, kv_src: Sym, causal: bool, b: Sym) -> Sym:
         q = tr.linear(src, lin[f"{prefix}.q"], tokens)
         k = tr.linear(kv_src, lin[f"{prefix}.k"], tokens)
         v = tr.linear(kv_src, lin[f"{prefix}.v"], tokens)
-        layer_bias = None
-        if b is not None:  # sdpa_attention_forward: create_position_bias_mask(...).contiguous() per layer
-            layer_bias = tr.new(b.numel, b.dtype, b.rg)
         o = tr.attention(q, k, v, Attn(sh.batch, sh.seq, sh.seq, arch.num_heads, arch.num_heads, arch.head_dim,
-                                       arch.head_dim, causal, b is not None, p, layer_bias))
+                                       arch.head_dim, causal, True, p, b))
         return tr.linear(o, lin[f"{prefix}.o"], tokens)
 
     n = tr.rmsnorm_t5(x, tokens)
-    x = tr.add(x, tr.dropout(attention("layer.0.SelfAttention", n, n, kind == "decoder", bias), p))
-    if kind == "decoder":
+    layer_bias = tr.derive(bias.numel, bias.dtype, bias)  # create_position_bias_mask(...).contiguous()
+    x = tr.add(x, tr.dropout(attention("layer.0.SelfAttention", n, n, kind == "decoder", layer_bias), p))
+    if kind == "decoder" and cross_bias is not None:
         n = tr.rmsnorm_t5(x, tokens)
-        cross_bias = Sym(arch.num_heads * sh.seq * sh.seq, bias.dtype, False, "const")  # zeros, no grad
         x = tr.add(x, tr.dropout(attention("layer.1.EncDecAttention", n, enc, False, cross_bias), p))
     ff = "layer.2" if kind == "decoder" else "layer.1"
     n = tr.rmsnorm_t5(x, tokens)
@@ -603,7 +726,11 @@ class ActivationProfile:
     block_inputs: list[int]
     """Bytes of each block's input (what full activation checkpointing keeps per block)."""
     block_backward_temp: list[int]
-    """Gradient temporaries while a block runs backward: about two of its largest activations."""
+    """While a block runs backward, its peak above its saved activations (``Trace.backward_peak``)."""
+    block_forward_temp: list[int] = field(default_factory=list)
+    """While a block runs forward, its peak above what it has saved by then (``Trace.forward_peak``)."""
+    block_forward_temp_checkpointed: list[int] = field(default_factory=list)
+    """The same when the block is checkpointed (its forward saves nothing)."""
     root_largest: int = 0
     logits_upcast_bytes: int = 0
     """``logits.float()`` in HF's causal-LM loss: a second, fp32 copy while the loss is computed (none when
@@ -637,19 +764,33 @@ def profile(arch: Architecture, num: Numerics, shape: Shape, lora_rank: int = 0,
     copies: list[int] = []
     inputs: list[int] = []
     temps: list[int] = []
+    fwd_temps: list[int] = []
+    fwd_temps_ckpt: list[int] = []
     enc_out: Sym | None = None
     bias: Sym | None = None
+    cross_bias: Sym | None = None
     for index, (_prefix, kind) in enumerate(arch.blocks()):
         if kind == "decoder" and enc_out is None:  # T5: close the encoder, embed the decoder input
             enc_out = root.dropout(root.rmsnorm_t5(x, tokens), arch.hidden_dropout)
             x = root.dropout(root.new(tokens * h, embed_dtype, root.trains), arch.hidden_dropout)
             bias = None
-        if arch.family == "t5" and bias is None:  # first block of a stack: relative position bias
-            bias = root.new(arch.num_heads * shape.seq * shape.seq, num.param_dtype, root.trains)
-            if root.trains:  # the bias embedding keeps its (s × s) int64 bucket ids
-                root.save(Sym(shape.seq * shape.seq, "int64", False, "const"))
+            # zeros (1, heads, s, s); HF makes it require grad under gradient checkpointing
+            cross_bias = Sym(arch.num_heads * shape.seq * shape.seq, embed_dtype, num.checkpointing,
+                             "act" if num.checkpointing else "const")
         tr = trace()
+        tr.held.append(x)
         inputs.append(x.nbytes)
+        carried = 0
+        if arch.family == "t5":
+            if bias is None:  # the first block of a stack computes the relative position bias, (1, heads, s, s)
+                if tr.trains:  # the bias embedding keeps its (s × s) int64 bucket ids
+                    tr.save(Sym(shape.seq * shape.seq, "int64", False, "const"))
+                bias = tr.new(arch.num_heads * shape.seq * shape.seq, num.param_dtype, tr.trains)
+            # gradients that cross blocks while a stack runs backward: the position bias's (every layer adds
+            # to it), the cross-attention bias's and the encoder output's (every decoder layer adds to them)
+            carried = bias.nbytes if bias.rg else 0
+            if kind == "decoder":
+                carried += enc_out.nbytes + (cross_bias.nbytes if cross_bias.rg else 0)
         if arch.family == "gpt2":
             x = gpt2_block(tr, arch, x, shape)
         elif arch.family == "bert":
@@ -660,10 +801,13 @@ def profile(arch: Architecture, num: Numerics, shape: Shape, lora_rank: int = 0,
                 rows = routing.rows(arch, shape.batch * shape.seq)
                 tr.largest_act = max(tr.largest_act, rows * arch.hidden_size * BYTES[x.dtype])
         else:
-            x = t5_block(tr, arch, kind, x, shape, bias, enc_out)
+            x = t5_block(tr, arch, kind, x, shape, bias, enc_out, cross_bias)
         per_block.append(tr.saved_bytes("act") + tr.saved_bytes("const"))
         copies.append(tr.saved_bytes("param_copy"))
-        temps.append(2 * tr.largest_act)
+        all_to_all = 2 * tr.largest_act if kind == "moe" and routing is not None and routing.ep > 1 else 0
+        temps.append(max(tr.backward_peak() - per_block[-1], all_to_all) + carried)
+        fwd_temps.append(max(0, tr.forward_peak() - per_block[-1]))
+        fwd_temps_ckpt.append(tr.forward_peak(keeps=False))
     # Final norm, head and loss (freed as soon as backward has passed them).
     before_head = root.saved_bytes("act") + root.saved_bytes("const")
     if arch.family == "gpt2":
@@ -673,13 +817,13 @@ def profile(arch: Architecture, num: Numerics, shape: Shape, lora_rank: int = 0,
     elif arch.family == "t5":
         x = root.dropout(root.rmsnorm_t5(x, tokens), arch.hidden_dropout)
         if arch.tie_word_embeddings:  # sequence_output * d_model ** -0.5: a scalar product saves nothing
-            x = root.new(x.numel, x.dtype, x.rg)
+            x = root.derive(x.numel, x.dtype, x)
     upcast = 0
     if arch.family == "bert":
-        first = root.new(shape.batch * h, num.half, True) if num.autocast else x  # x[:, 0] (autocast: a copy)
+        first = root.derive(shape.batch * h, num.half, x) if num.autocast else x  # x[:, 0] (autocast: a copy)
         if root.trains:  # a view of the last hidden state keeps all of it
             root.save(first)
-        pooled = root.unary(root.new(shape.batch * h, first.dtype, True), "output")  # tanh(dense(x[:, 0]))
+        pooled = root.unary(root.new(shape.batch * h, first.dtype, True, src=(first,)), "output")  # tanh(dense)
         logits = root.linear(root.dropout(pooled, arch.hidden_dropout), Linear("classifier", h, arch.num_labels,
                                                                                 True), shape.batch)
         lsm_bytes = shape.batch * arch.num_labels * BYTES["fp32" if num.autocast else logits.dtype]
@@ -687,8 +831,8 @@ def profile(arch: Architecture, num: Numerics, shape: Shape, lora_rank: int = 0,
     else:
         logits = root.linear(x, Linear("lm_head", h, arch.vocab_size, False), tokens)
         if arch.final_logit_softcap:  # Gemma 2: tanh(logits / cap) * cap — tanh keeps its output
-            root.save(root.new(logits.numel, logits.dtype, logits.rg))
-            logits = root.new(logits.numel, logits.dtype, logits.rg)
+            capped = root.unary(root.derive(logits.numel, logits.dtype, logits), "output")
+            logits = root.derive(logits.numel, logits.dtype, capped)
         rows_v = tokens * arch.vocab_size
         if arch.family == "t5":  # CrossEntropyLoss(lm_logits): log_softmax in fp32 under autocast, else as is
             lsm_dtype = "fp32" if num.autocast else logits.dtype
@@ -703,4 +847,4 @@ def profile(arch: Architecture, num: Numerics, shape: Shape, lora_rank: int = 0,
         root_saved=root.saved_bytes("act") + root.saved_bytes("const"), root_saved_before_head=before_head,
         root_param_copies=root.saved_bytes("param_copy"), loss_saved=lsm_bytes, loss_backward_extra=extra,
         logits_bytes=logits.nbytes, block_inputs=inputs, block_backward_temp=temps, root_largest=root.largest_act,
-        logits_upcast_bytes=upcast)
+        logits_upcast_bytes=upcast, block_forward_temp=fwd_temps, block_forward_temp_checkpointed=fwd_temps_ckpt)

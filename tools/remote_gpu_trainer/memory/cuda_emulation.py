@@ -13,8 +13,9 @@ the op CUDA itself runs, so autograd's own saving rules (``derivatives.yaml``) d
   keeps a noise tensor of the input's dtype. ``native_dropout`` is used.
 * **Autocast.** CUDA autocast runs ``pow``, ``rsqrt``, ``exp``, ``log``, ``layer_norm`` in fp32 and
   ``softmax``, ``log_softmax``, ``sum``, ``cumsum`` with an fp32 result (``autocast_mode.cpp``
-  ``AT_FORALL_FP32`` / ``_SET_OPT_DTYPE``); CPU autocast does not. A function mode applies CUDA's
-  policy (GPT-2's ``gelu_new`` calls ``pow`` on a bf16 tensor under autocast).
+  ``AT_FORALL_FP32`` / ``_SET_OPT_DTYPE``); CPU autocast does not. The ones the models call from
+  Python on 16-bit tensors get CUDA's policy (GPT-2's ``gelu_new`` calls ``pow`` on a bf16 tensor).
+  Patched functions, not a function mode: recomputation under checkpointing must see them too.
 * **Hugging Face's causal mask.** transformers treats fake tensors as "tracing" and then builds an
   explicit (batch, 1, s, s) mask instead of ``is_causal=True`` (``find_packed_sequence_indices``);
   on a GPU with unpacked rows there is no mask. The check is answered as on a GPU.
@@ -32,7 +33,6 @@ from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
 
 from .attention_kernels import SdpaCall, cuda_sdpa_kernel
 
@@ -105,25 +105,39 @@ def cuda_dropout(input, p=0.5, training=True, inplace=False):
     return torch.native_dropout(input, p, True)[0]
 
 
-_FP32_OPS = {torch.pow, torch.Tensor.pow, torch.Tensor.__pow__, torch.rsqrt, torch.Tensor.rsqrt, torch.exp,
-             torch.Tensor.exp, torch.log, torch.Tensor.log, torch.log1p, torch.expm1, torch.reciprocal,
-             torch.Tensor.reciprocal, F.layer_norm, F.group_norm, F.softplus, torch.logsumexp}
-_FP32_RESULT_OPS = {F.softmax, torch.softmax, torch.Tensor.softmax, F.log_softmax, torch.log_softmax,
-                    torch.Tensor.log_softmax, torch.sum, torch.Tensor.sum, torch.cumsum, torch.Tensor.cumsum}
+def _autocast_fp32(fn, cast_inputs: bool):
+    """``fn`` as CUDA autocast runs it: 16-bit inputs cast to fp32 (``AT_FORALL_FP32``) or, for reductions and
+    softmax, an fp32 result (``AT_FORALL_FP32_SET_OPT_DTYPE``). Outside autocast, ``fn`` unchanged."""
 
-
-class CudaAutocastPolicy(TorchFunctionMode):
-    """CUDA autocast's fp32 ops, which CPU autocast leaves in 16-bit (see the module docstring)."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if torch.is_autocast_enabled("cpu"):
-            low = any(isinstance(a, torch.Tensor) and a.dtype in (torch.bfloat16, torch.float16) for a in args)
-            if low and func in _FP32_OPS:
+    def wrapper(*args, **kwargs):
+        if torch.is_autocast_enabled("cpu") and any(
+                isinstance(a, torch.Tensor) and a.dtype in (torch.bfloat16, torch.float16) for a in args):
+            if cast_inputs:
                 args = tuple(_cast(a, torch.float32) for a in args)
-            elif low and func in _FP32_RESULT_OPS and kwargs.get("dtype") is None:
+            elif kwargs.get("dtype") is None:
                 kwargs = {**kwargs, "dtype": torch.float32}
-        return func(*args, **kwargs)
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+#: (owner, name, cast inputs?) of the CUDA-autocast fp32 ops the models reach from Python with 16-bit
+#: inputs (GPT-2/T5 ``gelu_new`` → ``torch.pow``; eager attention's ``softmax``; ``layer_norm``).
+_FP32_FUNCTIONS = ((torch, "pow", True), (torch.Tensor, "pow", True), (torch.Tensor, "__pow__", True),
+                   (F, "layer_norm", True), (F, "softmax", False), (F, "log_softmax", False),
+                   (torch, "softmax", False), (torch.Tensor, "softmax", False))
+
+
+def _grouped_mm(fn):
+    """``F.grouped_mm`` takes bf16 only (its meta kernel checks it, as CUDA's does); other dtypes go through
+    transformers' fallback loop, whose autograd keeps the same tensors (input and weight)."""
+
+    def wrapper(mat_a, mat_b, *args, offs=None, **kwargs):
+        if mat_a.dtype == torch.bfloat16 and mat_b.dtype == torch.bfloat16:
+            return fn(mat_a, mat_b, *args, offs=offs, **kwargs)
+        return torch.ops.transformers.grouped_mm_fallback(mat_a, mat_b, offs=offs)
+
+    return wrapper
 
 
 @contextlib.contextmanager
@@ -131,6 +145,9 @@ def cuda_semantics(kernels: list[str] | None = None) -> Iterator[None]:
     """Within the block, SDPA, dropout, autocast and HF's mask creation behave as on CUDA."""
     patches = [(F, "scaled_dot_product_attention",
                 lambda *a, **k: emulated_sdpa(*a, **k, kernels=kernels)), (F, "dropout", cuda_dropout)]
+    patches += [(owner, name, _autocast_fp32(getattr(owner, name), cast)) for owner, name, cast in _FP32_FUNCTIONS]
+    if hasattr(F, "grouped_mm") and "transformers.integrations.moe" in sys.modules:  # HF MoE experts
+        patches.append((F, "grouped_mm", _grouped_mm(F.grouped_mm)))
     masking = sys.modules.get("transformers.masking_utils")  # loaded by any HF model that builds masks
     if masking is not None and hasattr(masking, "find_packed_sequence_indices"):
         patches.append((masking, "find_packed_sequence_indices", lambda position_ids: None))
@@ -138,8 +155,7 @@ def cuda_semantics(kernels: list[str] | None = None) -> Iterator[None]:
     for owner, name, value in patches:
         setattr(owner, name, value)
     try:
-        with CudaAutocastPolicy():
-            yield
+        yield
     finally:
         for owner, name, value in saved:
             setattr(owner, name, value)
