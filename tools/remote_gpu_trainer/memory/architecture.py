@@ -104,6 +104,9 @@ class Architecture:
     """GPT-OSS: one learned sink logit per head (``self_attn.sinks``)."""
     final_logit_softcap: bool = False
     """Gemma 2: ``tanh(logits / cap) * cap`` before the loss (keeps one more logits-sized tensor)."""
+    attention_softcap: bool = False
+    """Gemma 2: ``tanh(scores / cap) * cap`` inside attention — transformers then has no SDPA path
+    (``Gemma2PreTrainedModel._supports_sdpa = False``): attention runs eager and keeps the s × s tanh."""
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
     """DeepSeek multi-head latent attention (MLA): low-rank query and key/value projections."""
@@ -586,7 +589,9 @@ def _decoder(cfg: dict[str, Any], where: str, model_type: str, common: dict[str,
         qkv_bias_only=model_type in ("qwen2", "qwen2_moe"), mlp_bias=bool(cfg.get("mlp_bias", False)),
         qk_norm=model_type in ("qwen3", "qwen3_moe", "gemma3", "gemma3_text"), sandwich_norms=gemma,
         fused_projections=model_type == "phi3", attention_sinks=model_type == "gpt_oss",
-        final_logit_softcap=bool(cfg.get("final_logit_softcapping")), sliding_window=window, sliding_layers=windowed,
+        final_logit_softcap=bool(cfg.get("final_logit_softcapping")),
+        attention_softcap=bool(cfg.get("attn_logit_softcapping", 50.0 if model_type == "gemma2" else None)),
+        sliding_window=window, sliding_layers=windowed,
         **mla, **moe, **common)
 
 

@@ -93,6 +93,11 @@ class Attn:
     dropout: float = 0.0
     bias: Sym | None = None
     """T5: the float position-bias mask this layer passes (made per layer, requires grad)."""
+    softcap: bool = False
+    """Gemma 2's attention logit soft-capping (eager only): tanh keeps its (b × heads × s × s) output."""
+    softmax_fp32: bool = False
+    """Eager attention's softmax runs in fp32 whatever the input (HF decoders pass ``dtype=torch.float32``;
+    GPT-2 and BERT do not)."""
     q_heads_major: bool = False
     """q is laid out (batch, heads, s, d) — made by ``cat`` (Phi-3's partial RoPE, MLA) — rather than a
     (batch, s, heads, d) projection view: flash attention writes its output in q's layout, so Hugging
@@ -440,10 +445,14 @@ class Trace:
             self.save(qc, kc)
         n_scores = spec.batch * spec.heads * spec.seq_q * spec.seq_k
         scores = self.new(n_scores, qc.dtype, rg, src=(qc, kc))
+        if spec.softcap:  # scores / cap, tanh (keeps its output), * cap
+            capped = self.unary(self.derive(n_scores, scores.dtype, scores), "output")
+            scores = self.derive(n_scores, capped.dtype, capped)
         if spec.bias is not None or spec.mask or spec.causal:  # + additive mask in the model's dtype
             mask_dtype = spec.bias.dtype if spec.bias is not None else self.num.param_dtype
             scores = self.new(n_scores, _promote(scores.dtype, mask_dtype), rg, src=(scores,))
-        probs32 = self.new(n_scores, "fp32" if self.num.autocast else scores.dtype, rg, src=(scores,))
+        fp32 = self.num.autocast or spec.softmax_fp32
+        probs32 = self.new(n_scores, "fp32" if fp32 else scores.dtype, rg, src=(scores,))
         if rg:
             self.save(probs32, by_last=True)
         probs = self.dropout(self.to(probs32, q.dtype), spec.dropout)
@@ -481,7 +490,8 @@ def _spec(arch: Architecture, sh: Shape, causal: bool, mask: bool = False, bias:
           kv_heads: int | None = None, head_dim: int | None = None, v_head_dim: int | None = None,
           q_heads_major: bool = False) -> Attn:
     return Attn(sh.batch, sh.seq, sh.seq, arch.num_heads, kv_heads or arch.num_kv_heads, head_dim or arch.head_dim,
-                v_head_dim or head_dim or arch.head_dim, causal, mask, arch.attention_dropout, bias, q_heads_major)
+                v_head_dim or head_dim or arch.head_dim, causal, mask, arch.attention_dropout, bias,
+                arch.attention_softcap, arch.family == "llama", q_heads_major)
 
 
 def gpt2_block(tr: Trace, arch: Architecture, x: Sym, sh: Shape) -> Sym:

@@ -308,12 +308,17 @@ def resolve(args: MemoryInput) -> tuple[Setup, str, list[str]]:
         if e % args.ep or args.world_size % args.ep:
             raise InputError("ep", f"{args.ep} must divide both num_experts ({e}) and world_size ({args.world_size})",
                              allowed=fitting)
+    attention = args.attention
+    if arch is not None and arch.attention_softcap and attention == "sdpa":
+        attention = "eager"
+        assumed.append(f"{arch.model_type}: eager attention — transformers has no SDPA path for attention logit "
+                       "soft-capping (it keeps a batch × heads × seq² tanh per layer).")
     largest = args.largest_layer_params or (arch.largest_layer_params() if arch else None)
     setup = Setup(
         num_params=n, arch=arch, largest_layer_params=largest, world_size=args.world_size, gpus_per_node=gpn,
         strategy=s, precision=args.precision, optimizer=args.optimizer, optimizer_impl=args.optimizer_impl,
         cpu_offload=args.cpu_offload, seq_len=seq_len or DEFAULT_SEQ_LEN, micro_batch_size=args.micro_batch_size,
-        activation_checkpointing=args.activation_checkpointing, attention=args.attention,
+        activation_checkpointing=args.activation_checkpointing, attention=attention,
         lora_rank=args.lora_rank, lora_targets=targets, lora_base_dtype=args.lora_base_dtype,
         grad_accumulation=args.gradient_accumulation_steps > 1, gradient_as_bucket_view=args.gradient_as_bucket_view,
         gpu_memory_bytes=int(args.gpu_memory_gib * GIB) if args.gpu_memory_gib else None, ep=args.ep,
