@@ -51,6 +51,8 @@ class Sym:
     """act (activation), param, param_copy (autocast's cached low-precision weight) or const."""
     serial: int = field(default_factory=itertools.count().__next__)
     """Identity for deduplication (``id()`` is reused once a symbol is garbage collected)."""
+    base: Sym | None = None
+    """A view (a slice or chunk of ``base``): no storage of its own; saving it keeps ``base``."""
 
     @property
     def nbytes(self) -> int:
@@ -154,6 +156,7 @@ class Trace:
         """Tensors the op being recorded keeps for its backward: the next ``new``, or with ``by_last`` the
         op just recorded (an op that keeps its own output)."""
         for t in tensors:
+            t = t.base or t
             if t.kind == "param":  # parameters are counted as model states, not activations
                 continue
             if self.owners.setdefault(t.serial, self.serial) == self.serial and t.serial not in self.saved:
@@ -207,7 +210,7 @@ class Trace:
         ending: dict[int, int] = {}
         for index, op in enumerate(self.ops):
             kept += saved_at.get(index, 0) if keeps else 0
-            if op.out.serial not in self.saved or not keeps:
+            if op.out.base is None and (op.out.serial not in self.saved or not keeps):
                 live += op.out.nbytes
                 end = last_use.get(op.out.serial, index)
                 ending[end] = ending.get(end, 0) + op.out.nbytes
@@ -239,6 +242,12 @@ class Trace:
     def fp32_op_in(self, x: Sym) -> Sym:
         """CUDA autocast runs ``pow``, ``rsqrt``, ``layer_norm``… in fp32: a 16-bit input is cast up."""
         return self.to(x, "fp32") if self.num.autocast and x.dtype in HALF else x
+
+    def view(self, x: Sym, numel: int) -> Sym:
+        """A slice of ``x`` (``chunk``, ``split``): its gradient is ``numel`` wide, its storage is ``x``'s."""
+        t = self.new(numel, x.dtype, x.rg, src=(x,))
+        t.base = x.base or x
+        return t
 
     def derive(self, numel: int, dtype: str, *src: Sym) -> Sym:
         """A tensor computed from ``src`` by ops that save nothing (slices, cat, reshape copies)."""
@@ -545,12 +554,8 @@ def _gated_mlp(tr: Trace, n: Sym, lins: list[Linear], tokens: int, act: str) -> 
     """SwiGLU / GeGLU: down(act(gate(n)) * up(n)); a fused gate_up is one linear whose halves are views."""
     if len(lins) == 2:  # Phi-3 gate_up_proj: act saves the gate half, mul the up half (views of one output)
         gate_up = tr.linear(n, lins[0], tokens)
-        if gate_up.rg:
-            tr.save(gate_up)
-        a = tr.new(gate_up.numel // 2, gate_up.dtype, gate_up.rg, src=(gate_up,))
-        if gate_up.rg:
-            tr.save(a)
-        return tr.linear(tr.derive(a.numel, a.dtype, a, gate_up), lins[1], tokens)
+        gate, up = tr.view(gate_up, gate_up.numel // 2), tr.view(gate_up, gate_up.numel // 2)
+        return tr.linear(tr.mul(tr.unary(gate, "input"), up), lins[1], tokens)
     gate = tr.act(tr.linear(n, lins[0], tokens), act)
     up = tr.linear(n, lins[1], tokens)
     return tr.linear(tr.mul(gate, up), lins[2], tokens)
@@ -647,9 +652,9 @@ def llama_block(tr: Trace, arch: Architecture, x: Sym, sh: Shape, rope: Sym, kin
     else:
         if arch.fused_projections:  # one qkv output; q, k, v are views (RoPE makes new q and k)
             qkv = tr.linear(n, lin["self_attn.qkv_proj"], tokens)
-            q = tr.derive(tokens * arch.inner_size, qkv.dtype, qkv)
-            k = tr.derive(tokens * arch.kv_size, qkv.dtype, qkv)
-            v = qkv
+            q = tr.view(qkv, tokens * arch.inner_size)
+            k = tr.view(qkv, tokens * arch.kv_size)
+            v = tr.view(qkv, tokens * arch.kv_size)
         else:
             q = tr.linear(n, lin["self_attn.q_proj"], tokens)
             k = tr.linear(n, lin["self_attn.k_proj"], tokens)

@@ -10,6 +10,7 @@ checkpointing, and PEFT's ``get_peft_model`` for LoRA. Imports torch and transfo
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,8 +67,9 @@ def hf_config(config: dict[str, Any]):
 
 
 def build(config: dict[str, Any], family: str, *, dtype: str, attention: str, checkpointing: bool,
-          lora_rank: int | None = None, lora_targets: list[str] | None = None) -> HFModel:
-    """The HF model on the meta device, in training configuration (parameters still on meta)."""
+          lora_rank: int | None = None, lora_targets: list[str] | None = None, device: str = "meta") -> HFModel:
+    """The HF model in training configuration, built on ``device``: ``meta`` (nothing allocated, for the fake
+    step) or ``cuda`` (weights initialised on the GPU, for ``bench/hf_memory_gpu.py``)."""
     import transformers
 
     cfg = hf_config(config)
@@ -75,11 +77,14 @@ def build(config: dict[str, Any], family: str, *, dtype: str, attention: str, ch
         cfg.use_cache = False
     auto = {"bert": transformers.AutoModelForSequenceClassification,
             "t5": transformers.AutoModelForSeq2SeqLM}.get(family, transformers.AutoModelForCausalLM)
-    with torch.device("meta"):
+    with torch.device(device):
         model = auto.from_config(cfg, attn_implementation=attention, dtype=DTYPES[dtype])
+    model.train()
     class_name = type(model).__name__
     if checkpointing:
-        model.gradient_checkpointing_enable()
+        with warnings.catch_warnings():  # 5.2x renames it activation_checkpointing_enable; 5.1x has only this
+            warnings.simplefilter("ignore", FutureWarning)
+            model.gradient_checkpointing_enable()
     if lora_rank:
         from peft import LoraConfig, get_peft_model
 

@@ -309,10 +309,11 @@ def resolve(args: MemoryInput) -> tuple[Setup, str, list[str]]:
             raise InputError("ep", f"{args.ep} must divide both num_experts ({e}) and world_size ({args.world_size})",
                              allowed=fitting)
     attention = args.attention
-    if arch is not None and arch.attention_softcap and attention == "sdpa":
+    if arch is not None and (arch.attention_softcap or arch.attention_sinks) and attention == "sdpa":
         attention = "eager"
-        assumed.append(f"{arch.model_type}: eager attention — transformers has no SDPA path for attention logit "
-                       "soft-capping (it keeps a batch × heads × seq² tanh per layer).")
+        why = "attention logit soft-capping" if arch.attention_softcap else "attention sinks"
+        assumed.append(f"{arch.model_type}: eager attention — transformers has no SDPA path for {why} (eager keeps "
+                       "batch × heads × seq² scores per layer).")
     largest = args.largest_layer_params or (arch.largest_layer_params() if arch else None)
     setup = Setup(
         num_params=n, arch=arch, largest_layer_params=largest, world_size=args.world_size, gpus_per_node=gpn,

@@ -148,7 +148,12 @@ class GPT2Block(nn.Module):
                       _heads(v, a.num_heads, a.head_dim), impl=self.impl, causal=True, dropout=self.p_attn,
                       training=self.training)
         x = x + _dropout(self.attn.c_proj(_merge(o)), self.p_hidden, self.training)
-        m = self.mlp.c_proj(F.gelu(self.mlp.c_fc(self.ln_2(x)), approximate="tanh"))
+        f = self.mlp.c_fc(self.ln_2(x))
+        if self.arch.activation == "gelu_new":  # HF's NewGELUActivation, op by op (it keeps four tensors)
+            f = 0.5 * f * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (f + 0.044715 * torch.pow(f, 3.0))))
+        else:
+            f = F.gelu(f, approximate="tanh")
+        m = self.mlp.c_proj(f)
         return x + _dropout(m, self.p_hidden, self.training)
 
 
