@@ -509,7 +509,7 @@ def estimate(setup: Setup) -> Breakdown:
         below = sum(saved_blocks[:k + 1]) + sum(saved_copies[:k + 1])
         recompute = (acts[k] + copies[k]) if ckpt else 0
         done = sum(grad_unit.get(b, 0) for b in blocks[k + 1:]) + head_grad
-        temp = prof.block_backward_temp[k] if prof else 0
+        temp = (prof.block_recompute_temp if ckpt else prof.block_backward_temp)[k] if prof else 0
         if not fsdp:  # autocast's cached 16-bit weight copies are freed block by block, like activations
             copies_left = sum(saved_copies[:k + 1]) + (copies[k] if ckpt else 0)
             parts = {"states": base + grads_always + done, "working set": working + copies_left,

@@ -590,12 +590,8 @@ def _moe(tr: Trace, arch: Architecture, n: Sym, tokens: int, routing: Routing, s
     if keeps:
         tr.save(xs)
     gate_up = tr.new(rows * 2 * i, expert_dtype, xs.rg or tr.trains, src=(xs,))
-    if gate_up.rg:
-        tr.save(gate_up)
-    a = tr.new(rows * i, expert_dtype, gate_up.rg, src=(gate_up,))  # act(gate); the product keeps both
-    if a.rg:
-        tr.save(a)
-    h = tr.derive(rows * i, expert_dtype, a, gate_up)
+    gate, up = tr.view(gate_up, rows * i), tr.view(gate_up, rows * i)
+    h = tr.mul(tr.unary(gate, "input"), up)  # act(gate) keeps gate; the product keeps act's output and up
     if keeps:
         tr.save(h)
     down = tr.new(rows * arch.hidden_size, expert_dtype, h.rg or tr.trains, src=(h,))
@@ -746,6 +742,8 @@ class ActivationProfile:
     """While a block runs forward, its peak above what it has saved by then (``Trace.forward_peak``)."""
     block_forward_temp_checkpointed: list[int] = field(default_factory=list)
     """The same when the block is checkpointed (its forward saves nothing)."""
+    block_recompute_temp: list[int] = field(default_factory=list)
+    """Checkpointed: the block's peak above its saved activations from its recomputation through its backward."""
     root_largest: int = 0
     logits_upcast_bytes: int = 0
     """``logits.float()`` in HF's causal-LM loss: a second, fp32 copy while the loss is computed (none when
@@ -781,6 +779,7 @@ def profile(arch: Architecture, num: Numerics, shape: Shape, lora_rank: int = 0,
     temps: list[int] = []
     fwd_temps: list[int] = []
     fwd_temps_ckpt: list[int] = []
+    recompute_temps: list[int] = []
     enc_out: Sym | None = None
     bias: Sym | None = None
     cross_bias: Sym | None = None
@@ -823,6 +822,8 @@ def profile(arch: Architecture, num: Numerics, shape: Shape, lora_rank: int = 0,
         temps.append(max(tr.backward_peak() - per_block[-1], all_to_all) + carried)
         fwd_temps.append(max(0, tr.forward_peak() - per_block[-1]))
         fwd_temps_ckpt.append(tr.forward_peak(keeps=False))
+        # checkpointing recomputes the block's forward while the gradient of its output waits
+        recompute_temps.append(max(temps[-1], tr.forward_peak() + x.nbytes - per_block[-1]))
     # Final norm, head and loss (freed as soon as backward has passed them).
     before_head = root.saved_bytes("act") + root.saved_bytes("const")
     if arch.family == "gpt2":
@@ -862,4 +863,5 @@ def profile(arch: Architecture, num: Numerics, shape: Shape, lora_rank: int = 0,
         root_saved=root.saved_bytes("act") + root.saved_bytes("const"), root_saved_before_head=before_head,
         root_param_copies=root.saved_bytes("param_copy"), loss_saved=lsm_bytes, loss_backward_extra=extra,
         logits_bytes=logits.nbytes, block_inputs=inputs, block_backward_temp=temps, root_largest=root.largest_act,
-        logits_upcast_bytes=upcast, block_forward_temp=fwd_temps, block_forward_temp_checkpointed=fwd_temps_ckpt)
+        logits_upcast_bytes=upcast, block_forward_temp=fwd_temps, block_forward_temp_checkpointed=fwd_temps_ckpt,
+        block_recompute_temp=recompute_temps)

@@ -429,6 +429,31 @@ def measure(job: MeasureJob) -> MeasureResult:
                          attention_kernels=counts, corrections=corrections, cannot_show=list(CANNOT_SHOW))
 
 
+def compare_with_analytic(config: dict[str, Any], *, precision: str, checkpointing: bool = False,
+                          lora: bool = False, seq_len: int = 256, micro_batch_size: int = 4, strategy: str = "ddp",
+                          world_size: int = 1, optimizer_impl: str = "fused") -> tuple[int, MeasureResult]:
+    """The analytic peak of a Hugging Face config and the real class measured in this process (tests and
+    ``bench/memory_hf_grid.py``). The analytic side leaves out the cuBLAS workspaces, which the tracker cannot
+    see: compare it with ``tracked_bytes``. LoRA: rank 8 on PEFT's default targets."""
+    from .advice import default_lora_targets
+    from .analytic import Overheads, Setup, estimate
+    from .architecture import from_hf_config
+
+    arch = from_hf_config(config)
+    targets = tuple(default_lora_targets(arch)) if lora else ()
+    knobs = {"strategy": strategy, "precision": precision, "optimizer": "adamw", "optimizer_impl": optimizer_impl,
+             "world_size": world_size, "gpus_per_node": world_size, "seq_len": seq_len,
+             "micro_batch_size": micro_batch_size, "activation_checkpointing": checkpointing,
+             "attention": "eager" if arch.attention_softcap or arch.attention_sinks else "sdpa",
+             "lora_rank": 8 if lora else None}
+    adapter = "bf16" if precision == "bf16_pure" and strategy != "ddp" else "fp32"
+    result = measure(MeasureJob(arch=asdict(arch), lora_targets=list(targets), adapter_dtype=adapter,
+                                engine="transformers", hf_config=config, **knobs))
+    setup = Setup(num_params=arch.num_params, arch=arch, lora_targets=targets,
+                  overheads=Overheads(cublas_workspace_bytes=0), **knobs)
+    return estimate(setup).allocated_peak_bytes, result
+
+
 def measure_cuda(job: MeasureJob) -> int:
     """Peak ``torch.cuda.max_memory_allocated`` of two real training iterations on this process's GPU.
 
