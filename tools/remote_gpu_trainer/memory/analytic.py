@@ -180,6 +180,8 @@ class Breakdown:
     """(text, topic) explanations found while estimating; topics are ``advice.REFS`` keys."""
     deepspeed_exact: bool = False
     naive_split_bytes: int = 0
+    attention_kernels: dict[str, int] = field(default_factory=dict)
+    """Attention calls per kernel in one forward (CUDA SDPA's choice: flash, efficient, math; or eager)."""
 
 
 # ---- tensors and dtypes ----------------------------------------------------------------------------
@@ -583,7 +585,8 @@ def estimate(setup: Setup) -> Breakdown:
         forward_backward_peak_bytes=fb_peak, optimizer_step_peak_bytes=step_peak, allocated_peak_bytes=allocated,
         peak_phase=peak_phase.name, overhead_bytes=overhead, total_bytes=allocated + overhead,
         cpu_bytes_per_node=int(cpu_node), trainable_params=st.trainable_params, phases=phases,
-        notes=notes, deepspeed_exact=st.deepspeed_exact, naive_split_bytes=naive)
+        notes=notes, deepspeed_exact=st.deepspeed_exact, naive_split_bytes=naive,
+        attention_kernels=prof.attention_kernels if prof else {})
 
 
 def with_changes(setup: Setup, **changes) -> Setup:

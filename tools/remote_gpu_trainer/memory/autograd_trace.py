@@ -127,6 +127,8 @@ class Trace:
     """LoRA: every base parameter is frozen; only adapters train."""
     owners: dict[int, int] = field(default_factory=dict)
     """Shared across the traces of one forward: a tensor saved by several regions counts once."""
+    kernels: dict[str, int] = field(default_factory=dict)
+    """Shared: the attention kernel of each attention call (CUDA SDPA's choice, or eager)."""
     saved: dict[int, Sym] = field(default_factory=dict)
     largest_act: int = 0
     _cast_cache: dict[int, Sym] = field(default_factory=dict)
@@ -375,6 +377,7 @@ class Trace:
     def attention(self, q: Sym, k: Sym, v: Sym, spec: Attn) -> Sym:
         """The attention core as the model calls it; returns the tensor the output projection reads."""
         if self.num.attention == "eager":
+            self.kernels["eager"] = self.kernels.get("eager", 0) + 1
             return self._eager(q, k, v, spec)
         kv_heads, gqa = hf_sdpa_heads(spec.heads, spec.kv_heads, spec.head_dim, spec.v_head_dim, spec.mask)
         full_k = spec.batch * spec.heads * spec.seq_k
@@ -391,6 +394,7 @@ class Trace:
                         v_head_dim=spec.v_head_dim, mask=spec.mask, causal=spec.causal and not spec.mask,
                         seq_q=spec.seq_q, seq_k=spec.seq_k, dropout=spec.dropout, enable_gqa=gqa)
         kernel = cuda_sdpa_kernel(call)
+        self.kernels[kernel] = self.kernels.get(kernel, 0) + 1
         rg = q.rg or k.rg or v.rg
         out_numel = spec.batch * spec.heads * spec.seq_q * spec.v_head_dim
         if kernel in ("flash", "efficient"):
@@ -744,6 +748,8 @@ class ActivationProfile:
     """The same when the block is checkpointed (its forward saves nothing)."""
     block_recompute_temp: list[int] = field(default_factory=list)
     """Checkpointed: the block's peak above its saved activations from its recomputation through its backward."""
+    attention_kernels: dict[str, int] = field(default_factory=dict)
+    """Attention calls per kernel: flash, efficient, math (CUDA SDPA's choice) or eager."""
     root_largest: int = 0
     logits_upcast_bytes: int = 0
     """``logits.float()`` in HF's causal-LM loss: a second, fp32 copy while the loss is computed (none when
@@ -758,9 +764,10 @@ def profile(arch: Architecture, num: Numerics, shape: Shape, lora_rank: int = 0,
     """
     frozen = bool(lora_rank)
     owners: dict[int, int] = {}
+    kernels: dict[str, int] = {}
 
     def trace() -> Trace:
-        return Trace(num, lora_rank, lora_targets, frozen_base=frozen, owners=owners)
+        return Trace(num, lora_rank, lora_targets, frozen_base=frozen, owners=owners, kernels=kernels)
 
     tokens, h = shape.batch * shape.seq, arch.hidden_size
     root = trace()
@@ -864,4 +871,4 @@ def profile(arch: Architecture, num: Numerics, shape: Shape, lora_rank: int = 0,
         root_param_copies=root.saved_bytes("param_copy"), loss_saved=lsm_bytes, loss_backward_extra=extra,
         logits_bytes=logits.nbytes, block_inputs=inputs, block_backward_temp=temps, root_largest=root.largest_act,
         logits_upcast_bytes=upcast, block_forward_temp=fwd_temps, block_forward_temp_checkpointed=fwd_temps_ckpt,
-        block_recompute_temp=recompute_temps)
+        block_recompute_temp=recompute_temps, attention_kernels=kernels)

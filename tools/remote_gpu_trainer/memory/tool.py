@@ -78,8 +78,11 @@ class MemoryInput(StrictModel):
                                 f"{DEFAULT_SEQ_LEN}, capped at the model's learned positions).")
     micro_batch_size: int = Field(1, ge=1, le=1_000_000, description="Samples per GPU per forward pass.")
     activation_checkpointing: bool = Field(False, description="Full activation checkpointing of every block.")
-    attention: Literal["sdpa", "eager"] = Field("sdpa", description="sdpa = flash/memory-efficient attention "
-                                                "(no s² scores); eager = math attention (keeps s² scores).")
+    attention: Literal["sdpa", "eager"] = Field("sdpa", description="sdpa = torch's scaled_dot_product_attention "
+                                                "as transformers calls it: on CUDA flash/cuDNN (fp16/bf16), "
+                                                "memory-efficient, or the math fallback (fp32 grouped-query "
+                                                "attention; keeps seq² scores); eager = math attention (keeps seq² "
+                                                "scores).")
     lora_rank: int | None = Field(None, ge=1, le=4096, description="LoRA rank: base frozen, adapters trained.")
     lora_targets: list[str] = Field(default_factory=list, description="Linear layers to adapt, PEFT-style "
                                     "suffixes (e.g. q_proj k_proj v_proj o_proj) or all-linear. Default: PEFT's "
@@ -102,8 +105,9 @@ class MemoryInput(StrictModel):
     gpu_memory_gib: float | None = Field(None, gt=0, le=4096, description="Memory per GPU in GiB (80 GB A100/H100 "
                                          "≈ 79.3, H200 ≈ 139.8): answers 'fits?'.")
     measure: bool = Field(False, description="Also run one real training step under FakeTensorMode with torch's "
-                          "memory tracker (child process, any world size) and compare. Seconds for small models, "
-                          "minutes for 7B+.")
+                          "memory tracker (child process, any world size) and compare: the real Hugging Face class "
+                          "when transformers is installed (PEFT for LoRA), CUDA's attention kernel, dropout and "
+                          "autocast emulated. Seconds for small models, minutes for 7B+.")
     measure_timeout_s: float = Field(600, ge=10, le=3600, description="Time limit for measure=true, seconds.")
 
 
@@ -404,6 +408,15 @@ def notes_for(b: Breakdown, verdict: Verdict) -> list[tuple[str, str | None]]:
                     f"{s.micro_batch_size}×{s.seq_len}×{v} and adds two more fp32 copies at the start of backward "
                     f"({_g(b.logits_bytes)}). A fused/chunked linear-cross-entropy kernel avoids materialising "
                     "them.", "logits"))
+    if b.attention_kernels.get("math") and s.attention == "sdpa" and s.arch is not None:
+        a = s.arch
+        scores = s.micro_batch_size * a.num_heads * s.seq_len**2 * 4
+        why = ("fp32 grouped-query attention has no fused CUDA kernel (flash and cuDNN take fp16/bf16 only; "
+               "memory-efficient attention takes no grouped keys)" if s.precision == "fp32" and
+               a.num_kv_heads != a.num_heads else "no fused CUDA kernel accepts this dtype, head size and mask")
+        out.append((f"Attention runs SDPA's math fallback on {b.attention_kernels['math']} layers: {why}, so each "
+                    f"keeps a batch × heads × seq² fp32 softmax ({_g(scores)} per layer here), as eager attention "
+                    "does. bf16 mixed precision runs flash attention instead.", None))
     if b.peak_phase == "optimizer step" and b.temporaries_bytes:
         out.append((f"The peak is the optimizer step: states plus {_g(b.temporaries_bytes)} of step temporaries "
                     f"(optimizer_impl={s.optimizer_impl}).", "foreach"))
@@ -445,9 +458,12 @@ def assumptions_for(b: Breakdown) -> list[str]:
         out.append("DDP mixed precision = torch.autocast over fp32 parameters: autocast's cached 16-bit weight "
                    "copies live from forward to backward (working set).")
     if s.arch is not None:
-        out.append(f"Activations: every op's saved tensors (PyTorch backward formulas), {s.attention} attention"
+        kernels = ", ".join(f"{k} ×{n}" for k, n in sorted(b.attention_kernels.items()))
+        out.append("Activations: what the Hugging Face class's autograd saves, op by op (PyTorch backward formulas); "
+                   f"attention kernel per layer on a CUDA GPU: {kernels or 'none'} (torch's SDPA rules for sm80/sm90)"
                    + (", dropout masks 1 byte/element (CUDA)" if s.dropout and s.arch.hidden_dropout else "")
-                   + "; loss = cross_entropy(logits.float()) as Hugging Face computes it; logits not kept.")
+                   + "; loss = cross_entropy(logits.float()) as Hugging Face computes it: the logits, their fp32 "
+                   "copy and the log-softmax coexist at the end of forward.")
     else:
         out.append("No architecture: activations, logits and FSDP gathered units are not estimated (pass model "
                    "as a preset or config.json for them).")
@@ -702,7 +718,7 @@ def render(out: MemoryOutput) -> str:
                      f"(headroom {gib(out.headroom_bytes)}){more}")
     if out.measured:
         m = out.measured
-        parts.append(f"measured ({m.seconds:.0f} s, fake tensors): peak {gib(m.peak_bytes)}; analytic "
+        parts.append(f"measured {m.model_class} ({m.seconds:.0f} s, fake tensors): peak {gib(m.peak_bytes)}; analytic "
                      f"{gib(m.analytic_peak_bytes)}; analytic/measured {m.ratio:.3f}")
     if out.measured_skipped:
         parts.append(f"measure: not run — {out.measured_skipped}")
@@ -731,7 +747,8 @@ SPECS = [
             "shard_grad_op, hybrid_shard, no_shard) and DeepSpeed ZeRO-1/2/3 (its own estimators, to the byte), "
             "and say whether it fits and what to change first (each rung re-estimated). Use it for 'will this fit "
             "on N GPUs?', 'why does SHARD_GRAD_OP not save memory?', 'why OOM at step 2?'. measure=true runs a real "
-            "training step on fake tensors with torch's memory tracker and reports the ratio. Read-only."
+            "training step of the real Hugging Face class on fake tensors with torch's memory tracker and reports "
+            "the ratio. Read-only."
         ),
         input_model=MemoryInput,
         output_model=MemoryOutput,
