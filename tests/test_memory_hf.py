@@ -146,3 +146,12 @@ def test_gpu_protocol_script_dry_run_builds_every_row():
         if "LoRA" not in r["case"]:
             assert r["params_built"] == r["params"], r
     assert "| case | class | measured MiB | estimate MiB |" in proc.stdout
+
+
+def test_a_bare_hugging_face_id_says_how_to_fetch_only_its_config(monkeypatch, tmp_path):
+    from remote_gpu_trainer.errors import InputError
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # an empty cache: nothing is downloaded, ever
+    with pytest.raises(InputError) as err:
+        SPECS[0].call({"model": "some-org/some-model", "measure": True}, lambda *a, **k: None)
+    assert err.value.field == "model" and "hf download some-org/some-model config.json" in str(err.value)

@@ -196,6 +196,8 @@ class MemoryOutput(StrictModel):
     optimizer_step_peak_bytes: int
     allocated_peak_bytes: int = Field(description="Tensor bytes at the peak (≈ torch.cuda.max_memory_allocated)")
     peak_phase: str
+    attention_kernels: dict[str, int] = Field(description="Attention calls per kernel in one forward: the CUDA SDPA "
+                                              "kernel torch picks (flash, efficient, math) or eager")
     overhead_bytes: int = Field(description="CUDA context, NCCL, allocator reserve (invisible to trackers)")
     total_bytes: int = Field(description="Expected per-GPU usage as nvidia-smi shows it")
     cpu_bytes_per_node: int = Field(description="Host RAM per node for offloaded states (pinned)")
@@ -662,7 +664,8 @@ def fsdp_memory_estimate(args: MemoryInput, progress: Progress) -> MemoryOutput:
         activations_bytes=b.activations_bytes, logits_bytes=b.logits_bytes, temporaries_bytes=b.temporaries_bytes,
         forward_backward_peak_bytes=b.forward_backward_peak_bytes,
         optimizer_step_peak_bytes=b.optimizer_step_peak_bytes,
-        allocated_peak_bytes=b.allocated_peak_bytes, peak_phase=b.peak_phase, overhead_bytes=b.overhead_bytes,
+        allocated_peak_bytes=b.allocated_peak_bytes, peak_phase=b.peak_phase,
+        attention_kernels=b.attention_kernels, overhead_bytes=b.overhead_bytes,
         total_bytes=b.total_bytes, cpu_bytes_per_node=b.cpu_bytes_per_node, naive_split_bytes=b.naive_split_bytes,
         gpu_memory_bytes=gpu, fits=fits, verdict=verdict,
         headroom_bytes=None if gpu is None else gpu - b.total_bytes,
