@@ -1,8 +1,9 @@
 """How close is fsdp_memory_estimate's analytic model to a real training step?
 
 For each configuration it prints the analytic allocated peak (pure arithmetic), the peak of a real
-training step measured in the same run under FakeTensorMode with torch's MemTracker/FSDPMemTracker
-(the baseline), and their ratio. On a machine with CUDA it adds ``torch.cuda.max_memory_allocated``
+training step of the built-in re-implementations measured in the same run under FakeTensorMode with
+torch's MemTracker/FSDPMemTracker (the baseline; bench/memory_hf_grid.py does the same with the real
+Hugging Face classes), and their ratio. On a machine with CUDA it adds ``torch.cuda.max_memory_allocated``
 of the same step on the GPU (single-device rows) and analytic/CUDA. The analytic side never reads a
 measurement.
 
@@ -100,8 +101,7 @@ def job_and_setup(arch: Architecture, knobs: dict) -> tuple[MeasureJob, Setup]:
     k.setdefault("gpus_per_node", k["world_size"])
     adapter = "fp32" if k["precision"] != "bf16_pure" or k["strategy"] == "ddp" else "bf16"
     job = MeasureJob(arch=dataclasses.asdict(arch), adapter_dtype=adapter, **k)
-    setup = Setup(num_params=arch.num_params, arch=arch, dropout=False,
-                  **{**k, "lora_targets": tuple(k["lora_targets"])})
+    setup = Setup(num_params=arch.num_params, arch=arch, **{**k, "lora_targets": tuple(k["lora_targets"])})
     return job, setup
 
 

@@ -122,10 +122,15 @@ def test_moe_and_decoder_variants_agree_with_a_measured_step(tmp_path, variant, 
     assert 0.95 <= m.ratio <= 1.05, (m.ratio, m.categories, m.analytic_breakdown)
 
 
-def test_measured_moe_refuses_what_it_cannot_build():
+def test_without_transformers_the_builtin_models_refuse_what_they_cannot_build(monkeypatch):
+    """With transformers the real DeepseekV2ForCausalLM runs; the built-in re-implementation has no MLA."""
+    from remote_gpu_trainer.memory import measured
+
+    monkeypatch.setattr(measured, "module_found", lambda name: name != "transformers")
     with pytest.raises(InputError) as err:
         SPEC.call({"model": "deepseek-v2-lite", "measure": True, "seq_len": 64})
     assert err.value.field == "measure" and "latent attention" in str(err.value)
+    assert "pip install transformers" in str(err.value)
     with pytest.raises(InputError) as err:
         SPEC.call({"model": "mixtral-8x7b", "measure": True, "world_size": 8, "ep": 8})
     assert err.value.field == "ep"

@@ -62,6 +62,11 @@ class Overheads:
     """NCCL communicators and buffers per GPU when world_size > 1: ~0.5–2 GiB reported."""
     allocator_fraction: float = 0.15
     """Caching-allocator reserve above allocated tensors: 10–35 % observed (lower with expandable_segments)."""
+    cublas_workspace_bytes: int = 2 * 32 * 2**20
+    """cuBLAS/cuBLASLt workspaces, allocated through the caching allocator and so inside the allocated peak:
+    one per thread and stream — a training step has two (the forward thread and autograd's device thread)
+    — of 32 MiB each on sm90 (H100/H200; torch ``CublasHandlePool.cpp``: 4096 KiB × 8; 8.125 MiB before
+    Hopper). The five H100 rows of issue 28 sit 65–100 MiB above their fake-tensor peaks."""
 
 
 @dataclass(frozen=True)
@@ -175,6 +180,8 @@ class Breakdown:
     """(text, topic) explanations found while estimating; topics are ``advice.REFS`` keys."""
     deepspeed_exact: bool = False
     naive_split_bytes: int = 0
+    attention_kernels: dict[str, int] = field(default_factory=dict)
+    """Attention calls per kernel in one forward (CUDA SDPA's choice: flash, efficient, math; or eager)."""
 
 
 # ---- tensors and dtypes ----------------------------------------------------------------------------
@@ -381,7 +388,8 @@ def _numerics(setup: Setup, d: dict[str, str]) -> Numerics:
     return Numerics(param_dtype=d["compute"] if not autocast else "fp32", half=setup.half, autocast=autocast,
                     adapter_dtype="fp32" if autocast else (setup.half if setup.strategy in FSDP and setup.mixed
                                                            else d["adapter"]),
-                    dropout_mask_bytes=setup.dropout_mask_bytes, dropout=setup.dropout, attention=setup.attention)
+                    dropout_mask_bytes=setup.dropout_mask_bytes, dropout=setup.dropout, attention=setup.attention,
+                    checkpointing=setup.activation_checkpointing)
 
 
 def _step_temporaries(setup: Setup, tensors: list[TensorInfo], d: dict[str, str]) -> int:
@@ -475,11 +483,27 @@ def estimate(setup: Setup) -> Breakdown:
         return block_low[k] + (block_low[k - 1] if k > 0 else 0)
 
     root_copies = prof.root_param_copies if prof else 0
-    fwd_parts = {"states": base + grads_always, "working set": w_forward_end() + sum(saved_copies) + root_copies,
+    # autocast caches its low-precision copy of every trainable weight until the forward ends, also the
+    # ones checkpointing does not save (recomputation casts them again, block by block).
+    autocast_cache = sum(copies) if ckpt and _numerics(setup, d).autocast and not setup.lora_rank else 0
+    fwd_parts = {"states": base + grads_always,
+                 "working set": w_forward_end() + sum(saved_copies) + root_copies + autocast_cache,
                  "activations": sum(saved_blocks) + root_saved - root_copies,
-                 "logits": loss_saved + (prof.logits_bytes if prof else 0)}
+                 "logits": loss_saved + (prof.logits_bytes + prof.logits_upcast_bytes if prof else 0)}
+    if prof is not None and blocks:  # the costliest block forward: saved so far plus its live intermediates
+        # checkpointed: the inputs kept before block k, then everything block k holds while it runs;
+        # otherwise: all saved up to and with block k, and its live intermediates beyond that
+        fwd_temp = prof.block_forward_temp_checkpointed if ckpt else prof.block_forward_temp
+        upto = 0 if ckpt else 1
+        k = max(range(len(blocks)), key=lambda i: sum(saved_blocks[:i + upto]) + fwd_temp[i])
+        block_parts = {"states": base + grads_always,
+                       "working set": w_forward_end() + sum(saved_copies[:k + 1]) + autocast_cache,
+                       "activations": sum(saved_blocks[:k + upto]) + root_embed_side, "temporaries": fwd_temp[k]}
+        phases.append(Phase(f"forward through block {k + 1}/{len(blocks)}", sum(block_parts.values()),
+                            block_parts))
     phases.append(Phase("forward end (loss computed)", sum(fwd_parts.values()), fwd_parts))
-    loss_parts = {**fwd_parts, "logits": loss_saved + loss_extra}
+    loss_parts = {**fwd_parts, "working set": fwd_parts["working set"] - autocast_cache,
+                  "logits": loss_saved + loss_extra}
     phases.append(Phase("backward start (cross-entropy)", sum(loss_parts.values()), loss_parts))
     head_grad = grad_unit.get("root", 0) if not fsdp else 0
     n_blocks = len(blocks)
@@ -487,7 +511,7 @@ def estimate(setup: Setup) -> Breakdown:
         below = sum(saved_blocks[:k + 1]) + sum(saved_copies[:k + 1])
         recompute = (acts[k] + copies[k]) if ckpt else 0
         done = sum(grad_unit.get(b, 0) for b in blocks[k + 1:]) + head_grad
-        temp = prof.block_backward_temp[k] if prof else 0
+        temp = (prof.block_recompute_temp if ckpt else prof.block_backward_temp)[k] if prof else 0
         if not fsdp:  # autocast's cached 16-bit weight copies are freed block by block, like activations
             copies_left = sum(saved_copies[:k + 1]) + (copies[k] if ckpt else 0)
             parts = {"states": base + grads_always + done, "working set": working + copies_left,
@@ -537,6 +561,10 @@ def estimate(setup: Setup) -> Breakdown:
                   "temporaries": step_temp}
     phases.append(Phase("optimizer step", sum(step_parts.values()), step_parts))
 
+    workspaces = setup.overheads.cublas_workspace_bytes
+    for phase in phases:  # cuBLAS workspaces live in the allocator from the first matmul on
+        phase.parts["cuBLAS workspaces"] = workspaces
+        phase.bytes += workspaces
     fb_peak = max(p.bytes for p in phases[:-1])
     step_peak = phases[-1].bytes
     peak_phase = max(phases, key=lambda p: p.bytes)
@@ -557,7 +585,8 @@ def estimate(setup: Setup) -> Breakdown:
         forward_backward_peak_bytes=fb_peak, optimizer_step_peak_bytes=step_peak, allocated_peak_bytes=allocated,
         peak_phase=peak_phase.name, overhead_bytes=overhead, total_bytes=allocated + overhead,
         cpu_bytes_per_node=int(cpu_node), trainable_params=st.trainable_params, phases=phases,
-        notes=notes, deepspeed_exact=st.deepspeed_exact, naive_split_bytes=naive)
+        notes=notes, deepspeed_exact=st.deepspeed_exact, naive_split_bytes=naive,
+        attention_kernels=prof.attention_kernels if prof else {})
 
 
 def with_changes(setup: Setup, **changes) -> Setup:

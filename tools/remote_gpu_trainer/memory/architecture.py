@@ -104,6 +104,9 @@ class Architecture:
     """GPT-OSS: one learned sink logit per head (``self_attn.sinks``)."""
     final_logit_softcap: bool = False
     """Gemma 2: ``tanh(logits / cap) * cap`` before the loss (keeps one more logits-sized tensor)."""
+    attention_softcap: bool = False
+    """Gemma 2: ``tanh(scores / cap) * cap`` inside attention — transformers then has no SDPA path
+    (``Gemma2PreTrainedModel._supports_sdpa = False``): attention runs eager and keeps the s × s tanh."""
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
     """DeepSeek multi-head latent attention (MLA): low-rank query and key/value projections."""
@@ -124,6 +127,10 @@ class Architecture:
     """Layers of an MoE model that keep a dense MLP (DeepSeek first_k_dense_replace, Qwen mlp_only_layers)."""
     moe_style: str = ""
     """Parameter layout of the MoE block: mixtral, qwen, deepseek or gpt_oss."""
+    sliding_window: int = 0
+    sliding_layers: tuple[int, ...] = ()
+    """Layers with local attention of ``sliding_window`` tokens (Mistral, Phi-3, Gemma 2/3): once the
+    sequence reaches the window, transformers passes SDPA an explicit mask on these layers."""
     source: str = ""
     expected_params: int | None = field(default=None, compare=False)
 
@@ -201,6 +208,11 @@ class Architecture:
             return [Linear("mlp.gate_up_proj", h, 2 * ffn, b), Linear("mlp.down_proj", ffn, h, b)]
         return [Linear("mlp.gate_proj", h, ffn, b), Linear("mlp.up_proj", h, ffn, b),
                 Linear("mlp.down_proj", ffn, h, b)]
+
+    def window_masked(self, layer: int, seq_len: int) -> bool:
+        """Whether layer ``layer`` attends through an explicit mask at ``seq_len`` (transformers skips the
+        mask, using ``is_causal``, only while no sliding window is reached: ``_ignore_causal_mask_sdpa``)."""
+        return bool(self.sliding_window) and layer in self.sliding_layers and seq_len >= self.sliding_window
 
     # ---- mixture of experts -----------------------------------------------------------------------
     @property
@@ -562,6 +574,7 @@ def _decoder(cfg: dict[str, Any], where: str, model_type: str, common: dict[str,
                "v_head_dim": _positive(cfg, where, "v_head_dim")}
     head_dim = (mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]) if mla else \
         _positive(cfg, where, "head_dim", default=h // heads)
+    window, windowed = _sliding_window(cfg, model_type, layers)
     intermediate = _get(cfg, "intermediate_size", default=0) or 0
     if not intermediate and not (moe and not moe.get("dense_layer_ids")):
         _positive(cfg, where, "intermediate_size")  # raises: a dense MLP needs its size
@@ -576,7 +589,37 @@ def _decoder(cfg: dict[str, Any], where: str, model_type: str, common: dict[str,
         qkv_bias_only=model_type in ("qwen2", "qwen2_moe"), mlp_bias=bool(cfg.get("mlp_bias", False)),
         qk_norm=model_type in ("qwen3", "qwen3_moe", "gemma3", "gemma3_text"), sandwich_norms=gemma,
         fused_projections=model_type == "phi3", attention_sinks=model_type == "gpt_oss",
-        final_logit_softcap=bool(cfg.get("final_logit_softcapping")), **mla, **moe, **common)
+        final_logit_softcap=bool(cfg.get("final_logit_softcapping")),
+        attention_softcap=bool(cfg.get("attn_logit_softcapping", 50.0 if model_type == "gemma2" else None)),
+        sliding_window=window, sliding_layers=windowed,
+        **mla, **moe, **common)
+
+
+#: transformers 5.x defaults for configs that leave the window out (MistralConfig 4096, Gemma 2/3 4096).
+_DEFAULT_WINDOW = {"mistral": 4096, "gemma2": 4096, "gemma3": 4096, "gemma3_text": 4096}
+
+
+def _sliding_window(cfg: dict[str, Any], model_type: str, layers: int) -> tuple[int, tuple[int, ...]]:
+    """(window, layers that use it) as transformers 5.x reads them: ``layer_types`` when given; Qwen only
+    with ``use_sliding_window``; Gemma 2 every other layer, Gemma 3 five of every six; Mistral, Mixtral and
+    Phi-3 every layer."""
+    window = cfg.get("sliding_window", _DEFAULT_WINDOW.get(model_type))
+    if not isinstance(window, int) or window <= 0:
+        return 0, ()
+    if model_type.startswith("qwen") and not cfg.get("use_sliding_window"):
+        return 0, ()
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and len(types) == layers:
+        return window, tuple(i for i, t in enumerate(types) if t == "sliding_attention")
+    if model_type == "gemma2":
+        return window, tuple(range(0, layers, 2))
+    if model_type.startswith("gemma3"):
+        pattern = int(cfg.get("sliding_window_pattern", 6) or 6)
+        return window, tuple(i for i in range(layers) if (i + 1) % pattern)
+    if model_type.startswith("qwen"):
+        first = int(cfg.get("max_window_layers", layers) or layers)
+        return window, tuple(range(first, layers))
+    return window, tuple(range(layers))
 
 
 @cache
@@ -585,22 +628,26 @@ def presets() -> dict[str, dict[str, Any]]:
     return {k: v for k, v in json.loads(text).items() if not k.startswith("_")}
 
 
-def load_architecture(model: str) -> Architecture:
-    """A preset (key, Hugging Face id or usual spelling), a path to a ``config.json`` or a folder holding
-    one, or an ``org/name`` id in the local Hugging Face cache."""
+def load_config(model: str) -> tuple[dict[str, Any], str]:
+    """The ``config.json`` fields of ``model`` and where they came from: a preset (key, Hugging Face id or
+    usual spelling), a path to a ``config.json`` or a folder holding one, or an ``org/name`` id in the
+    local Hugging Face cache. Nothing is downloaded."""
     path = Path(model).expanduser()
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():
         key = find_preset(model, presets())
         if key is not None:
-            return from_hf_config(presets()[key], where=f"preset {key}")
+            return presets()[key], f"preset {key}"
         cached = cached_config(model)
         if cached is None:
             near = nearest(model, presets())
             hint = f"; did you mean {' or '.join(near)}?" if near else ""
+            fetch = (f" To use it, fetch only its config (no weights): `hf download {model} config.json` (or copy "
+                     "config.json from the model page) and pass that file or folder." if model.count("/") == 1
+                     else "")
             raise InputError("model", f"{model!r} is neither a known model, a config.json file or folder, nor a "
-                             f"Hugging Face id in the local cache ({hub_cache()}){hint}",
+                             f"Hugging Face id in the local cache ({hub_cache()}){hint}.{fetch}",
                              allowed=[*near, "<path to config.json>", "<org/name in the HF cache>"] if near
                              else [*sorted(presets()), "<path to config.json>", "<org/name in the HF cache>"])
         path = cached
@@ -610,4 +657,10 @@ def load_architecture(model: str) -> Architecture:
         raise InputError("model", f"cannot read {path}: {err}") from None
     if not isinstance(cfg, dict):
         raise InputError("model", f"{path} is not a JSON object")
-    return from_hf_config(cfg, where=str(path))
+    return cfg, str(path)
+
+
+def load_architecture(model: str) -> Architecture:
+    """The architecture of ``model`` (see ``load_config`` for what ``model`` may be)."""
+    cfg, where = load_config(model)
+    return from_hf_config(cfg, where=where)

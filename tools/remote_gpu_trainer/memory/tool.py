@@ -22,7 +22,7 @@ from ..trainenv.child import child_environ
 from ..trainenv.find import ActivateText, PythonPath, TrainingEnv, activate_field, find_training_env
 from . import advice as ladder
 from .analytic import BYTES, FSDP, ZERO, Breakdown, Setup, estimate
-from .architecture import Architecture, load_architecture, presets
+from .architecture import Architecture, load_architecture, load_config, presets
 from .deepspeed_compat import header, zero2_table, zero3_table
 
 Strategy = Literal["ddp", "no_shard", "zero1", "zero2", "zero3", "full_shard", "shard_grad_op", "hybrid_shard"]
@@ -80,8 +80,11 @@ class MemoryInput(StrictModel):
                                 f"{DEFAULT_SEQ_LEN}, capped at the model's learned positions).")
     micro_batch_size: int = Field(1, ge=1, le=1_000_000, description="Samples per GPU per forward pass.")
     activation_checkpointing: bool = Field(False, description="Full activation checkpointing of every block.")
-    attention: Literal["sdpa", "eager"] = Field("sdpa", description="sdpa = flash/memory-efficient attention "
-                                                "(no s² scores); eager = math attention (keeps s² scores).")
+    attention: Literal["sdpa", "eager"] = Field("sdpa", description="sdpa = torch's scaled_dot_product_attention "
+                                                "as transformers calls it: on CUDA flash/cuDNN (fp16/bf16), "
+                                                "memory-efficient, or the math fallback (fp32 grouped-query "
+                                                "attention; keeps seq² scores); eager = math attention (keeps seq² "
+                                                "scores).")
     lora_rank: int | None = Field(None, ge=1, le=4096, description="LoRA rank: base frozen, adapters trained.")
     lora_targets: list[str] = Field(default_factory=list, description="Linear layers to adapt, PEFT-style "
                                     "suffixes (e.g. q_proj k_proj v_proj o_proj) or all-linear. Default: PEFT's "
@@ -104,8 +107,9 @@ class MemoryInput(StrictModel):
     gpu_memory_gib: float | None = Field(None, gt=0, le=4096, description="Memory per GPU in GiB (80 GB A100/H100 "
                                          "≈ 79.3, H200 ≈ 139.8): answers 'fits?'.")
     measure: bool = Field(False, description="Also run one real training step under FakeTensorMode with torch's "
-                          "memory tracker (child process, any world size) and compare. Seconds for small models, "
-                          "minutes for 7B+.")
+                          "memory tracker (child process, any world size) and compare: the real Hugging Face class "
+                          "when transformers is installed (PEFT for LoRA), CUDA's attention kernel, dropout and "
+                          "autocast emulated. Seconds for small models, minutes for 7B+.")
     measure_timeout_s: float = Field(600, ge=10, le=3600, description="Time limit for measure=true, seconds.")
     python: PythonPath = Field(None, min_length=1, max_length=4096, description="measure=true: the training "
                                "interpreter to measure with (absolute or ~ path); default: found (the result's "
@@ -141,16 +145,29 @@ class AdviceOut(StrictModel):
 
 
 class MeasuredOut(StrictModel):
-    peak_bytes: int = Field(description="Tracked tensor bytes at the peak of a real step (fake tensors, CPU)")
+    peak_bytes: int = Field(description="Peak of a real training step on fake tensors (CPU, torch's memory tracker) "
+                            "plus the corrections a CPU step cannot show: comparable with "
+                            "torch.cuda.max_memory_allocated")
     analytic_peak_bytes: int = Field(description="The analytic allocated peak for exactly the measured setup")
     ratio: float = Field(description="analytic / measured")
+    engine: Literal["transformers", "builtin"] = Field(description="transformers: the real Hugging Face class built "
+                                                       "from the config; builtin: the project's plain-torch "
+                                                       "re-implementation (transformers not installed, or no config)")
+    model_class: str = Field(description="The class that ran, e.g. GPT2LMHeadModel")
+    transformers_version: str | None
+    attention_kernels: dict[str, int] = Field(description="CUDA SDPA kernel per attention call of one step, chosen by "
+                                              "torch's rules for this dtype, head dim, mask and dropout")
+    corrections: dict[str, int] = Field(description="Bytes a CUDA step allocates that a CPU step cannot, included in "
+                                        "peak_bytes")
+    cannot_show: list[str] = Field(description="What a CPU fake-tensor step cannot show of a CUDA step")
     categories: dict[str, int] = Field(description="Tracker categories at the measured peak, bytes")
     analytic_breakdown: dict[str, int] = Field(description="The analytic peak's parts for the same setup, bytes")
     analytic_peak_phase: str
     peak_phase: str
     seconds: float
     tracker: str
-    compared_setup: str = Field(description="How the measured setup differs from the question (dropout off, ...)")
+    compared_setup: str = Field(description="How the measured setup differs from the question, and which engine ran "
+                                "and why")
 
 
 class MemoryOutput(StrictModel):
@@ -185,6 +202,8 @@ class MemoryOutput(StrictModel):
     optimizer_step_peak_bytes: int
     allocated_peak_bytes: int = Field(description="Tensor bytes at the peak (≈ torch.cuda.max_memory_allocated)")
     peak_phase: str
+    attention_kernels: dict[str, int] = Field(description="Attention calls per kernel in one forward: the CUDA SDPA "
+                                              "kernel torch picks (flash, efficient, math) or eager")
     overhead_bytes: int = Field(description="CUDA context, NCCL, allocator reserve (invisible to trackers)")
     total_bytes: int = Field(description="Expected per-GPU usage as nvidia-smi shows it")
     cpu_bytes_per_node: int = Field(description="Host RAM per node for offloaded states (pinned)")
@@ -303,12 +322,18 @@ def resolve(args: MemoryInput) -> tuple[Setup, str, list[str]]:
         if e % args.ep or args.world_size % args.ep:
             raise InputError("ep", f"{args.ep} must divide both num_experts ({e}) and world_size ({args.world_size})",
                              allowed=fitting)
+    attention = args.attention
+    if arch is not None and (arch.attention_softcap or arch.attention_sinks) and attention == "sdpa":
+        attention = "eager"
+        why = "attention logit soft-capping" if arch.attention_softcap else "attention sinks"
+        assumed.append(f"{arch.model_type}: eager attention — transformers has no SDPA path for {why} (eager keeps "
+                       "batch × heads × seq² scores per layer).")
     largest = args.largest_layer_params or (arch.largest_layer_params() if arch else None)
     setup = Setup(
         num_params=n, arch=arch, largest_layer_params=largest, world_size=args.world_size, gpus_per_node=gpn,
         strategy=s, precision=args.precision, optimizer=args.optimizer, optimizer_impl=args.optimizer_impl,
         cpu_offload=args.cpu_offload, seq_len=seq_len or DEFAULT_SEQ_LEN, micro_batch_size=args.micro_batch_size,
-        activation_checkpointing=args.activation_checkpointing, attention=args.attention,
+        activation_checkpointing=args.activation_checkpointing, attention=attention,
         lora_rank=args.lora_rank, lora_targets=targets, lora_base_dtype=args.lora_base_dtype,
         grad_accumulation=args.gradient_accumulation_steps > 1, gradient_as_bucket_view=args.gradient_as_bucket_view,
         gpu_memory_bytes=int(args.gpu_memory_gib * GIB) if args.gpu_memory_gib else None, ep=args.ep,
@@ -393,6 +418,15 @@ def notes_for(b: Breakdown, verdict: Verdict) -> list[tuple[str, str | None]]:
                     f"{s.micro_batch_size}×{s.seq_len}×{v} and adds two more fp32 copies at the start of backward "
                     f"({_g(b.logits_bytes)}). A fused/chunked linear-cross-entropy kernel avoids materialising "
                     "them.", "logits"))
+    if b.attention_kernels.get("math") and s.attention == "sdpa" and s.arch is not None:
+        a = s.arch
+        scores = s.micro_batch_size * a.num_heads * s.seq_len**2 * 4
+        why = ("fp32 grouped-query attention has no fused CUDA kernel (flash and cuDNN take fp16/bf16 only; "
+               "memory-efficient attention takes no grouped keys)" if s.precision == "fp32" and
+               a.num_kv_heads != a.num_heads else "no fused CUDA kernel accepts this dtype, head size and mask")
+        out.append((f"Attention runs SDPA's math fallback on {b.attention_kernels['math']} layers: {why}, so each "
+                    f"keeps a batch × heads × seq² fp32 softmax ({_g(scores)} per layer here), as eager attention "
+                    "does. bf16 mixed precision runs flash attention instead.", None))
     if b.peak_phase == "optimizer step" and b.temporaries_bytes:
         out.append((f"The peak is the optimizer step: states plus {_g(b.temporaries_bytes)} of step temporaries "
                     f"(optimizer_impl={s.optimizer_impl}).", "foreach"))
@@ -434,9 +468,12 @@ def assumptions_for(b: Breakdown) -> list[str]:
         out.append("DDP mixed precision = torch.autocast over fp32 parameters: autocast's cached 16-bit weight "
                    "copies live from forward to backward (working set).")
     if s.arch is not None:
-        out.append(f"Activations: every op's saved tensors (PyTorch backward formulas), {s.attention} attention"
+        kernels = ", ".join(f"{k} ×{n}" for k, n in sorted(b.attention_kernels.items()))
+        out.append("Activations: what the Hugging Face class's autograd saves, op by op (PyTorch backward formulas); "
+                   f"attention kernel per layer on a CUDA GPU: {kernels or 'none'} (torch's SDPA rules for sm80/sm90)"
                    + (", dropout masks 1 byte/element (CUDA)" if s.dropout and s.arch.hidden_dropout else "")
-                   + "; loss = cross_entropy(logits.float()) as Hugging Face computes it; logits not kept.")
+                   + "; loss = cross_entropy(logits.float()) as Hugging Face computes it: the logits, their fp32 "
+                   "copy and the log-softmax coexist at the end of forward.")
     else:
         out.append("No architecture: activations, logits and FSDP gathered units are not estimated (pass model "
                    "as a preset or config.json for them).")
@@ -495,22 +532,13 @@ def _measure(setup: Setup, args: MemoryInput, progress: Progress, training: Trai
         raise InputError(field, "on a CPU-only fake-tensor run host and device memory are the same and NF4 needs "
                          "bitsandbytes: measure without it", allowed=["none"] if field == "cpu_offload" else
                          ["auto", "fp32", "bf16", "fp16"])
-    unsupported = measured_unsupported(setup.arch)
-    if unsupported:
-        raise InputError("measure", f"measured mode rebuilds the model in plain torch and does not implement "
-                         f"{unsupported} yet; the analytic figure covers it", allowed=["false"])
     if setup.ep > 1:
         raise InputError("ep", "measured mode shards experts with FSDP2 like every weight (no expert-parallel "
                          "all-to-all under fake tensors): measure with ep=1", allowed=["1"])
     if setup.capacity_factor is not None:
         raise InputError("capacity_factor", "measured mode runs dropless routing (balanced top-k rows): measure "
                          "without capacity_factor", allowed=["unset"])
-    if setup.arch.is_moe:
-        tokens = setup.micro_batch_size * setup.seq_len * setup.arch.experts_per_token
-        if tokens % setup.arch.num_experts:
-            raise InputError("seq_len", f"measured MoE runs a balanced static dispatch: micro_batch_size × seq_len "
-                             f"× top-k ({tokens}) must be a multiple of num_experts ({setup.arch.num_experts})")
-    twin = replace(setup, dropout=False, world_size=1 if setup.strategy == "ddp" else setup.world_size,
+    twin = replace(setup, world_size=1 if setup.strategy == "ddp" else setup.world_size,
                    gpus_per_node=1 if setup.strategy == "ddp" else setup.gpus_per_node)
     # Size guard. Fake tensors allocate nothing, but the step's Python cost grows with the number of
     # blocks and, under FSDP, with the ranks each parameter is chunked into (Llama-3-70B, 64 ranks:
@@ -523,22 +551,35 @@ def _measure(setup: Setup, args: MemoryInput, progress: Progress, training: Trai
     if blocks > MAX_MEASURED_BLOCKS:
         raise InputError("measure", f"{blocks} blocks is beyond the measured mode's {MAX_MEASURED_BLOCKS}-block "
                          "limit; use the analytic figure (it matches measured steps within ~1 %)")
-    differences = ["dropout off (CPU dropout keeps a dtype-sized noise tensor, CUDA a 1-byte mask)"]
+    engine, why = measure_engine(setup, args.model)
+    if engine == "builtin":
+        unsupported = measured_unsupported(setup.arch)
+        if unsupported:
+            raise InputError("measure", f"{why}; the built-in re-implementation does not implement {unsupported} "
+                             "(install transformers to measure the real class); the analytic figure covers it",
+                             allowed=["false"])
+        if setup.arch.is_moe:
+            tokens = setup.micro_batch_size * setup.seq_len * setup.arch.experts_per_token
+            if tokens % setup.arch.num_experts:
+                raise InputError("seq_len", f"the built-in MoE runs a balanced static dispatch: micro_batch_size × "
+                                 f"seq_len × top-k ({tokens}) must be a multiple of num_experts "
+                                 f"({setup.arch.num_experts})")
+    differences = [why]
     if setup.strategy == "ddp" and setup.world_size > 1:
         differences.append("one DDP replica without the DDP wrapper (gradient buckets are analytic only)")
     base_dtype = setup.lora_base_dtype if setup.lora_base_dtype != "auto" else None
-    precision = setup.precision
     if base_dtype and setup.lora_rank:
         differences.append(f"frozen base in the model dtype instead of {base_dtype}")
         twin = replace(twin, lora_base_dtype="auto")
     adapter = "fp32" if (setup.precision == "fp32" or (setup.pure and setup.strategy not in FSDP)
                          or setup.mixed) else setup.half
-    job = MeasureJob(arch=asdict(setup.arch), strategy=setup.strategy, precision=precision,
+    job = MeasureJob(arch=asdict(setup.arch), strategy=setup.strategy, precision=setup.precision,
                      optimizer=setup.optimizer, optimizer_impl=setup.optimizer_impl, world_size=twin.world_size,
                      gpus_per_node=twin.gpus_per_node, seq_len=setup.seq_len,
                      micro_batch_size=setup.micro_batch_size, activation_checkpointing=setup.activation_checkpointing,
                      attention=setup.attention, lora_rank=setup.lora_rank, lora_targets=list(setup.lora_targets),
-                     adapter_dtype=adapter)
+                     adapter_dtype=adapter, engine=engine,
+                     hf_config=load_config(args.model)[0] if engine == "transformers" and args.model else None)
     try:
         result = run_measurement(job, args.measure_timeout_s, progress, training.python, child_environ(training))
     except TorchMissing:
@@ -549,11 +590,31 @@ def _measure(setup: Setup, args: MemoryInput, progress: Progress, training: Trai
     analytic = twin_b.allocated_peak_bytes
     parts = next(p for p in twin_b.phases if p.name == twin_b.peak_phase).parts
     return MeasuredOut(peak_bytes=result.peak_bytes, analytic_peak_bytes=analytic,
-                       ratio=round(analytic / result.peak_bytes, 4), categories=result.categories,
+                       ratio=round(analytic / result.peak_bytes, 4), engine=result.engine,  # type: ignore[arg-type]
+                       model_class=result.model_class, transformers_version=result.transformers_version,
+                       attention_kernels=result.attention_kernels, corrections=result.corrections,
+                       cannot_show=result.cannot_show, categories=result.categories,
                        analytic_breakdown={k: v for k, v in parts.items() if v}, analytic_peak_phase=twin_b.peak_phase,
                        peak_phase=result.peak_phase, seconds=result.seconds,
-                       tracker=f"{result.tracker} (torch {result.torch_version}, FakeTensorMode on CPU)",
+                       tracker=f"{result.tracker} (torch {result.torch_version}, FakeTensorMode on CPU, CUDA kernel "
+                       "choice, fused dropout and autocast policy emulated)",
                        compared_setup="; ".join(differences))
+
+
+def measure_engine(setup: Setup, model: str | None) -> tuple[str, str]:
+    """Which model measured mode runs, and the reason in words: the real Hugging Face class when
+    transformers (and peft, for LoRA) can be imported and the model comes from a config, else the
+    built-in re-implementation."""
+    from .measured import module_found
+
+    if model is None:
+        return "builtin", "built-in re-implementation (no config.json to build a Hugging Face class from)"
+    if not module_found("transformers"):
+        return "builtin", ("built-in re-implementation (transformers is not installed here: pip install transformers "
+                           "to measure the real Hugging Face class)")
+    if setup.lora_rank and not module_found("peft"):
+        return "builtin", "built-in LoRA re-implementation (peft is not installed here: pip install peft)"
+    return "transformers", "the real Hugging Face class (transformers)"
 
 
 # ---- the tool -----------------------------------------------------------------------------------------------
@@ -607,7 +668,8 @@ def fsdp_memory_estimate(args: MemoryInput, progress: Progress) -> MemoryOutput:
         activations_bytes=b.activations_bytes, logits_bytes=b.logits_bytes, temporaries_bytes=b.temporaries_bytes,
         forward_backward_peak_bytes=b.forward_backward_peak_bytes,
         optimizer_step_peak_bytes=b.optimizer_step_peak_bytes,
-        allocated_peak_bytes=b.allocated_peak_bytes, peak_phase=b.peak_phase, overhead_bytes=b.overhead_bytes,
+        allocated_peak_bytes=b.allocated_peak_bytes, peak_phase=b.peak_phase,
+        attention_kernels=b.attention_kernels, overhead_bytes=b.overhead_bytes,
         total_bytes=b.total_bytes, cpu_bytes_per_node=b.cpu_bytes_per_node, naive_split_bytes=b.naive_split_bytes,
         gpu_memory_bytes=gpu, fits=fits, verdict=verdict,
         headroom_bytes=None if gpu is None else gpu - b.total_bytes,
@@ -665,8 +727,8 @@ def render(out: MemoryOutput) -> str:
     if out.measured:
         m = out.measured
         where = f" with {out.training_env.brief()}" if out.training_env else ""
-        parts.append(f"measured ({m.seconds:.0f} s, fake tensors{where}): peak {gib(m.peak_bytes)}; analytic "
-                     f"{gib(m.analytic_peak_bytes)}; analytic/measured {m.ratio:.3f}")
+        parts.append(f"measured {m.model_class} ({m.seconds:.0f} s, fake tensors{where}): peak {gib(m.peak_bytes)}; "
+                     f"analytic {gib(m.analytic_peak_bytes)}; analytic/measured {m.ratio:.3f}")
     if out.measured_skipped:
         parts.append(f"measure: not run — {out.measured_skipped}")
     lines = [out.advice_note]
@@ -694,7 +756,8 @@ SPECS = [
             "shard_grad_op, hybrid_shard, no_shard) and DeepSpeed ZeRO-1/2/3 (its own estimators, to the byte), "
             "and say whether it fits and what to change first (each rung re-estimated). Use it for 'will this fit "
             "on N GPUs?', 'why does SHARD_GRAD_OP not save memory?', 'why OOM at step 2?'. measure=true runs a real "
-            "training step on fake tensors with torch's memory tracker and reports the ratio. Read-only."
+            "training step of the real Hugging Face class on fake tensors with torch's memory tracker and reports "
+            "the ratio. Read-only."
         ),
         input_model=MemoryInput,
         output_model=MemoryOutput,

@@ -148,7 +148,12 @@ class GPT2Block(nn.Module):
                       _heads(v, a.num_heads, a.head_dim), impl=self.impl, causal=True, dropout=self.p_attn,
                       training=self.training)
         x = x + _dropout(self.attn.c_proj(_merge(o)), self.p_hidden, self.training)
-        m = self.mlp.c_proj(F.gelu(self.mlp.c_fc(self.ln_2(x)), approximate="tanh"))
+        f = self.mlp.c_fc(self.ln_2(x))
+        if self.arch.activation == "gelu_new":  # HF's NewGELUActivation, op by op (it keeps four tensors)
+            f = 0.5 * f * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (f + 0.044715 * torch.pow(f, 3.0))))
+        else:
+            f = F.gelu(f, approximate="tanh")
+        m = self.mlp.c_proj(f)
         return x + _dropout(m, self.p_hidden, self.training)
 
 
@@ -283,7 +288,15 @@ class T5Block(nn.Module):
         a = self.arch
         pairs = ((attn.q, x), (attn.k, kv), (attn.v, kv))
         q, k, v = (_heads(proj(src), a.num_heads, a.head_dim) for proj, src in pairs)
-        o = eager_attention(q, k, v, scale=None, bias=bias, causal=causal, dropout=self.p, training=self.training)
+        # transformers' T5 under SDPA: the position bias becomes a float mask (causal: where(tril, bias, min)),
+        # made contiguous per layer; cross-attention gets a zero bias
+        if bias is None:
+            bias = torch.zeros(1, a.num_heads, q.shape[2], k.shape[2], dtype=q.dtype, device=q.device)
+        if causal:
+            keep = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
+            bias = torch.where(keep, bias, torch.finfo(bias.dtype).min)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.contiguous(), scale=1.0,
+                                           dropout_p=self.p if self.training else 0.0)
         return attn.o(_merge(o))
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor | None, enc: torch.Tensor | None = None):
