@@ -48,7 +48,7 @@ ENTRY_POINTS = (f"{PACKAGE}.remote.serve", f"{PACKAGE}.cli")
 LOCAL_ONLY = frozenset({f"{PACKAGE}.server"})
 #: The user's training stack: the box's own environment, never installed by ``rgt box install``; our code
 #: imports these only inside functions and reports them missing.
-TRAINING_STACK = frozenset({"torch", "accelerate", "transformers", "deepspeed", "numpy"})
+TRAINING_STACK = frozenset({"torch", "accelerate", "transformers", "peft", "deepspeed", "numpy"})
 #: Our modules the training interpreter runs as ``python -m`` (repro worker, measured memory, all-reduce ranks).
 TORCH_ENTRY_POINTS = (f"{PACKAGE}.repro.worker", f"{PACKAGE}.memory.measured", f"{PACKAGE}.fleet.rank")
 _MODULE_STRING = re.compile(rf"^{PACKAGE}(\.[a-z_][a-z0-9_]*)+$")
