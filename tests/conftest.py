@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -22,8 +23,6 @@ def anyio_backend() -> str:
 @pytest.fixture(scope="session", autouse=True)
 def _private_tool_cache(tmp_path_factory):
     """Tests never read or write the user's ~/.cache tool-list cache."""
-    import os
-
     os.environ["RGT_CACHE_DIR"] = str(tmp_path_factory.mktemp("tool-cache"))
 
 
@@ -71,7 +70,25 @@ def _gpu_count() -> int:
         return 0
 
 
+#: Test files that must share one pytest-xdist worker (run one after another): the fleet checks pick rendezvous
+#: ports from the same range (29400+, ``suggest_free_port``) and find all-reduce ranks by their command line.
+SERIAL_GROUPS = {"fleet": ("test_fleet.py", "test_fleet_allreduce.py", "test_fleet_remote.py")}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the marks into scheduling groups
 def pytest_collection_modifyitems(config, items) -> None:
+    """With ``--dist loadgroup`` (pyproject's addopts), each test file runs on one worker, as with
+    ``loadfile``, so module- and session-scoped fixtures are built once per file; the files of a
+    ``SERIAL_GROUPS`` entry share one worker."""
+    group_of = {name: group for group, names in SERIAL_GROUPS.items() for name in names}
+    for item in items:
+        if not item.get_closest_marker("xdist_group"):
+            name = item.path.name
+            item.add_marker(pytest.mark.xdist_group(group_of.get(name, name)))
+    _skip_gpu_tests_without_a_gpu(items)
+
+
+def _skip_gpu_tests_without_a_gpu(items) -> None:
     gpu_items = [item for item in items if "gpu" in item.keywords]
     if gpu_items and _gpu_count() == 0:
         skip = pytest.mark.skip(reason="needs a real NVIDIA GPU (NVML found none)")
@@ -81,15 +98,22 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 @pytest.fixture(scope="session")
 def ssh_fleet(tmp_path_factory):
-    """Loopback ssh boxes shared by the remote tests (tests/sshbox.py): ``box-a`` (OpenSSH sshd where it is
-    installed, healthy 8×H100 fake) and ``box-b`` (the asyncssh server, ECC fake), both with the runtime
-    installed by the real ``box install``. Tests may ``add`` more boxes; ``install_runtime`` links them to
-    the same runtime. RGT_SSH_CONFIG and RGT_SSH_CONTROL_DIR point at the fleet for the whole session."""
-    from tests.sshbox import SSHD, Fleet, have_asyncssh
+    """Loopback ssh boxes that look like fresh rented boxes (tests/sshbox.py), shared by the remote tests of
+    this process: ``box-a`` (OpenSSH sshd where it is installed, healthy 8×H100 fake) and ``box-b`` (the
+    asyncssh server, ECC fake), both with the runtime that the real ``rgt box install --wheels`` built once
+    for the whole test run (pytest-xdist workers share it). Tests may ``add`` more boxes; ``install_runtime``
+    links them to the same runtime. RGT_SSH_CONFIG and RGT_SSH_CONTROL_DIR point at the fleet for the whole
+    session. A box's training interpreter (torch importable) is ``fleet.boxes[alias].train_python``."""
+    from tests.sshbox import SSHD, Fleet, clean_python, have_asyncssh
 
     if not (SSHD or have_asyncssh()):
         pytest.fail("no ssh server for the remote tests: install openssh-server or the asyncssh dev dependency")
-    fleet = Fleet(tmp_path_factory.mktemp("fleet"))
+    if clean_python()[0] is None:
+        pytest.skip(clean_python()[1])
+    # every worker's basetemp is a child of the run's own directory: the runtime is installed there once
+    run_dir = tmp_path_factory.getbasetemp()
+    shared = run_dir.parent if os.environ.get("PYTEST_XDIST_WORKER") else run_dir
+    fleet = Fleet(tmp_path_factory.mktemp("fleet"), shared=shared)
     try:
         fleet.add("box-a", scenario="healthy-8xh100")
         fleet.add("box-b", scenario="ecc-dbe", server="asyncssh" if have_asyncssh() else None)

@@ -1,4 +1,5 @@
-"""Loopback SSH "boxes" for tests: real servers on 127.0.0.1, reached by the real ``ssh`` client.
+"""Loopback SSH "boxes" for tests that look like freshly rented boxes: real servers on 127.0.0.1, reached by the
+real ``ssh`` client.
 
 Two servers, so the remote code is proven against both and the suite runs where either exists:
 
@@ -7,10 +8,33 @@ Two servers, so the remote code is proven against both and the suite runs where 
 * an in-process server from ``asyncssh`` (a dev dependency) that runs each requested command with
   ``/bin/sh -c`` in a subprocess with the same per-box environment.
 
-Every box has a private HOME: its own ``~/.cache/remote-gpu-trainer`` (runtime, runs, guard records) and no
-``.bashrc``. The box's ``python3`` is this interpreter's base python, and a ``.pth`` file in the box's user
-site-packages points at the test venv's site-packages, so the box sees torch, pydantic, psutil and pynvml
-without downloading anything (the runtime must not run python with ``-I`` or ``-s``).
+What a box looks like (its private HOME is ``<root>/homes/<alias>``)::
+
+    python3 (on PATH)            the machine's clean system python (:func:`clean_python`, Debian's 3.11 here):
+                                 its standard library and the distribution's own packages, nothing of the
+                                 test venv (no pydantic, psutil, mcp, torch), as on a fresh rented box
+    ~/venvs/pt/                  the user's training environment (``box.train_python``): a venv with torch,
+                                 reached through the one path file of the boxes (``TRAIN_STACK_PTH``, in
+                                 this venv only), which names a folder of symlinks to torch and the
+                                 distributions it requires (:func:`torch_stack`); plus ``bin/torchrun``
+    ~/.profile, ~/.bashrc        Debian's, abbreviated: .profile sources .bashrc, which stops at once for a
+                                 non-interactive shell (``ssh box cmd``); after that line, the user's additions:
+    ~/.config/train/env          sourced by .bashrc: exports (NCCL_*, CUDA_VISIBLE_DEVICES, …) from ``LoginEnv``
+    ~/.config/pip/pip.conf       the box's package index: a local mirror (the session's wheelhouse), as
+                                 AutoDL-style boxes have; ``pip_index=False`` leaves it out
+    ~/.cache/remote-gpu-trainer/<version>
+                                 the runtime, only after ``install_runtime``: a symlink to the one runtime
+                                 that the real ``rgt box install --wheels`` built for the whole test run
+
+The runtime therefore gets its dependencies the way a user's does: ``install_runtime`` runs the real install
+with ``wheels=True`` once per test run (pytest-xdist workers share it through ``shared``, under a file
+lock), from a wheelhouse that ``pip download`` fills once and that is kept across test runs
+(:func:`wheelhouse`, ``~/.cache/remote-gpu-trainer-tests/wheelhouse/<key>``). Every other box links to that
+runtime, so each box's own python stays clean.
+
+A box's login environment is set per box with ``Fleet.add(..., login=LoginEnv(env_file={...}))``: a node
+whose ``~/.config/train/env`` exports ``NCCL_SOCKET_IFNAME=eth9`` or ``CUDA_VISIBLE_DEVICES=2`` is one line
+in a test. What a non-interactive ``ssh box cmd`` sees is only the sshd environment (``env=``).
 
 The client side is a generated ``ssh_config`` (``RGT_SSH_CONFIG``) with one ``Host`` block per alias:
 ``IdentitiesOnly``, its own ``UserKnownHostsFile`` and ``StrictHostKeyChecking`` per alias, so tests can
@@ -18,36 +42,64 @@ build an unknown, a changed or an accepted-on-first-use host key, a wrong client
 
 Use (the session fixture ``ssh_fleet`` in tests/conftest.py builds one; tests/test_remote.py)::
 
-    fleet = Fleet(tmp_path)                 # keys, config, control dir
+    fleet = Fleet(tmp_path)                 # keys, config, control dir, the wheelhouse
     fleet.add("box1", scenario="healthy-8xh100")                     # sshd if installed, else asyncssh
-    fleet.add("box2", scenario="ecc-dbe", server="asyncssh")
+    fleet.add("box2", scenario="ecc-dbe", server="asyncssh", login=LoginEnv(env_file={"NCCL_SOCKET_IFNAME": "eth9"}))
     fleet.add_closed("deadbox")              # an alias whose port has no listener
     with fleet.environment():                # RGT_SSH_CONFIG / RGT_SSH_CONTROL_DIR set for this block
-        fleet.install_runtime("box1")        # the real `box install`; other boxes share it via symlink
+        fleet.install_runtime("box1")        # the real `box install --wheels` once; later boxes link to it
         spec.call({"host": "box1", ...})
+        spec.call({"host": "box1", "argv": [str(fleet.boxes["box1"].train_python), "train.py"], ...})
     fleet.close()
 
-Only loopback addresses are ever contacted.
+Only loopback addresses are ever contacted; the one network access is the wheelhouse's first download
+from the package index (none once it is cached).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import hashlib
+import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cache
+from importlib import metadata
 from pathlib import Path
 
+import pytest
+
+from .box_imports import requirement_closure
+
+#: The only .pth file the test boxes have: in the user's training venv (``~/venvs/pt``), pointing at the torch
+#: stack (:func:`torch_stack`). Nothing is added to the box's system python.
+TRAIN_STACK_PTH = "_train_stack.pth"
 SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
+#: Names a fresh box's system python must not import: the runtime's dependencies, the MCP SDK, torch, us.
+_NOT_ON_A_FRESH_BOX = ("pydantic", "psutil", "pynvml", "jinja2", "hostlist", "mcp", "torch", "remote_gpu_trainer")
+_PROBE = f"""
+import importlib.util, json, sys, sysconfig
+print(json.dumps({{"version": list(sys.version_info[:2]), "in_venv": sys.prefix != sys.base_prefix,
+    "venv": all(importlib.util.find_spec(m) for m in ("venv", "ensurepip")), "platform": sysconfig.get_platform(),
+    "sees": [m for m in {list(_NOT_ON_A_FRESH_BOX)!r} if importlib.util.find_spec(m)]}}))
+"""
+
+
+needs_torch_in_runtime = pytest.mark.xfail(strict=True, reason=(
+    "needs torch in the python the box runtime runs tools with; a clean box's runtime has none, the user's torch "
+    "is in box.train_python, which tools cannot be given yet (issue 25 item 2: python=)"))
+"""For a remote test that needs torch where the tool runs it. Strict: once tools take or find the user's training
+environment, such a test passes, and the mark must go (or the test pass ``python=box.train_python``)."""
 
 
 def have_asyncssh() -> bool:
@@ -56,6 +108,103 @@ def have_asyncssh() -> bool:
     except ImportError:
         return False
     return True
+
+
+@cache
+def clean_python() -> tuple[str | None, str]:
+    """(path, "") of a python that can be a fresh box's system python: 3.11 or newer, not a venv, with
+    ``venv``/``ensurepip``, and none of the test venv's packages; or (None, why none was found).
+    ``RGT_TEST_BOX_PYTHON`` names one; else ``/usr/bin/python3`` and ``/usr/bin/python3.N``."""
+    named = os.environ.get("RGT_TEST_BOX_PYTHON")
+    candidates = [named] if named else ["/usr/bin/python3", *sorted(map(str, Path("/usr/bin").glob("python3.1[1-9]")))]
+    refused = []
+    for candidate in candidates:
+        try:
+            facts = _python_facts(candidate)
+        except (OSError, ValueError, subprocess.SubprocessError) as err:
+            refused.append(f"{candidate}: {err}")
+            continue
+        problems = [text for bad, text in (
+            (tuple(facts["version"]) < (3, 11), f"python {facts['version']} < 3.11"),
+            (facts["in_venv"], "a venv"), (not facts["venv"], "no venv/ensurepip (Debian: apt install python3-venv)"),
+            (bool(facts["sees"]), f"sees {', '.join(facts['sees'])}")) if bad]
+        if not problems:
+            return candidate, ""
+        refused.append(f"{candidate}: {'; '.join(problems)}")
+    return None, ("no clean system python 3.11+ for the test boxes (" + "; ".join(refused or ["none found"])
+                  + "): on Debian `apt install python3 python3-venv`, or set RGT_TEST_BOX_PYTHON")
+
+
+@cache
+def _python_facts(python: str) -> dict:
+    """What :data:`_PROBE` reads from ``python`` (isolated: not this venv, not the user's site)."""
+    return json.loads(subprocess.run([python, "-I", "-c", _PROBE], capture_output=True, text=True, timeout=30,
+                                     check=True).stdout)
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` across processes (pytest-xdist workers, concurrent test runs)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def wheelhouse_root() -> Path:
+    """Where downloaded wheelhouses are kept across test runs: ``$RGT_TEST_WHEELHOUSE``, else
+    ``$XDG_CACHE_HOME`` or ``~/.cache``, then ``remote-gpu-trainer-tests/wheelhouse``."""
+    if override := os.environ.get("RGT_TEST_WHEELHOUSE"):
+        return Path(override)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "remote-gpu-trainer-tests" / "wheelhouse"
+
+
+def wheelhouse(python_version: str, platform: str) -> Path:
+    """The runtime's dependency wheels for a box python (``3.11``, ``manylinux2014_x86_64``), downloaded as
+    ``rgt box install --wheels`` does (``download_wheels``) once per requirement set and kept across runs."""
+    from remote_gpu_trainer.remote.box import download_wheels
+    from remote_gpu_trainer.remote.runtime import box_requirements
+
+    key = hashlib.sha256(json.dumps([box_requirements(), python_version, platform]).encode()).hexdigest()[:16]
+    root = wheelhouse_root()
+    target = root / f"py{python_version}-{platform}-{key}"
+    if (target / ".complete").is_file():
+        return target
+    with _locked(root / ".lock"):
+        if (target / ".complete").is_file():
+            return target
+        shutil.rmtree(target, ignore_errors=True)
+        partial = Path(tempfile.mkdtemp(prefix=".download-", dir=root))
+        try:
+            download_wheels(python_version, platform, partial)
+        except RuntimeError as err:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise RuntimeError(f"could not download the runtime's wheels into {root} (the package index must be "
+                               f"reachable once; later runs use the cache): {err}") from err
+        (partial / ".complete").write_text(json.dumps(box_requirements()) + "\n")
+        partial.rename(target)
+    return target
+
+
+def torch_stack(into: Path) -> Path | None:
+    """A folder of symlinks to this venv's torch, numpy where installed (torch warns at import without it) and
+    the distributions they require (their packages and dist-info), or None without torch. The user's venv on
+    a test box sees exactly this, not the test venv."""
+    try:
+        metadata.distribution("torch")
+    except metadata.PackageNotFoundError:
+        return None
+    into.mkdir(parents=True, exist_ok=True)
+    for name in requirement_closure("torch", "numpy"):
+        dist = metadata.distribution(name)
+        for top in {Path(f).parts[0] for f in dist.files or [] if Path(f).parts[0] not in ("..", "__pycache__")}:
+            source = Path(dist.locate_file(top))
+            if source.exists() and not (into / top).exists():
+                (into / top).symlink_to(source)
+    return into
 
 
 def free_port() -> int:
@@ -80,6 +229,29 @@ def _keygen(path: Path) -> None:
 
 
 @dataclass
+class LoginEnv:
+    """A box user's shell start-up files. Values are shell text inside double quotes (``$HOME`` expands).
+
+    Everything here lies after Debian's ``.bashrc`` line that stops a non-interactive shell, so a plain
+    ``ssh box cmd`` sees none of it; an interactive or login shell on the box (a person's terminal, a
+    launch script they run there) sees all of it, ``profile`` first.
+    """
+
+    env_file: dict[str, str] = field(default_factory=lambda: {"NCCL_DEBUG": "WARN"})
+    """``~/.config/train/env``, sourced by ``~/.bashrc``."""
+    bashrc: dict[str, str] = field(default_factory=dict)
+    """Exported at the end of ``~/.bashrc``."""
+    profile: dict[str, str] = field(default_factory=dict)
+    """Exported by ``~/.profile`` (login shells), before it sources ``~/.bashrc``."""
+    activate_venv: bool = True
+    """``~/.bashrc`` ends with ``. ~/venvs/pt/bin/activate``, as many users' do."""
+
+
+def _exports(values: dict[str, str]) -> str:
+    return "".join(f'export {name}="{value}"\n' for name, value in values.items())
+
+
+@dataclass
 class Box:
     alias: str
     port: int
@@ -88,6 +260,10 @@ class Box:
     server: str
     stop: object = None
     extra_config: list[str] = field(default_factory=list)
+    train_python: Path | None = None
+    """The user's training interpreter on the box (``~/venvs/pt/bin/python``, torch importable); None when the
+    box has no training venv or this machine has no torch."""
+    login: LoginEnv = field(default_factory=LoginEnv)
 
 
 class _AsyncsshServer:
@@ -158,11 +334,36 @@ class _AsyncsshServer:
 
 
 class Fleet:
-    """Keys, a client config and any number of loopback boxes under one directory."""
+    """Keys, a client config and any number of loopback boxes under one directory.
 
-    def __init__(self, root: Path):
+    ``shared`` is a directory every pytest-xdist worker of one test run sees (the runtime is installed there
+    once); it defaults to ``root``. Raises RuntimeError when this machine has no clean python for the boxes
+    (:func:`clean_python` says why).
+    """
+
+    def __init__(self, root: Path, shared: Path | None = None):
+        from remote_gpu_trainer.remote.box import wheel_platform
+
+        python, why = clean_python()
+        if python is None:
+            raise RuntimeError(why)
         self.root = root
+        self.shared = shared or root
         root.mkdir(parents=True, exist_ok=True)
+        self.box_python = python
+        facts = _python_facts(python)
+        version = "{}.{}".format(*facts["version"])
+        self.wheelhouse = wheelhouse(version, wheel_platform(facts["platform"]))
+        # the box's system bin: python3 and python3.N are the clean python, whatever else /usr/local/bin holds
+        self.system_bin = root / "system-bin"
+        self.system_bin.mkdir(exist_ok=True)
+        for name in ("python3", f"python{version}"):
+            with contextlib.suppress(FileExistsError):
+                (self.system_bin / name).symlink_to(python)
+        # the user's training venv needs torch's ABI: same python minor as this venv, else this venv's base python
+        same_minor = tuple(facts["version"]) == sys.version_info[:2]
+        self.train_base = python if same_minor else sys._base_executable  # type: ignore[attr-defined]
+        self.torch_stack = torch_stack(root / "torch-stack")
         self.host_key = root / "host_ed25519"
         self.client_key = root / "client_ed25519"
         self.other_key = root / "stranger_ed25519"
@@ -175,38 +376,79 @@ class Fleet:
         self.config = root / "ssh_config"
         self.boxes: dict[str, Box] = {}
         self._blocks: list[str] = []
-        self.runtime_owner: str | None = None
         self._write_config()
 
     # -- boxes ---------------------------------------------------------------------------------------
-    def _home(self, alias: str) -> Path:
-        home = self.root / "homes" / alias
+    def path_for(self, home: Path, bin_dirs: Sequence[str | Path] = ()) -> str:
+        """The PATH a non-interactive ``ssh box cmd`` gets: ``bin_dirs``, ``~/.local/bin``, the system's."""
+        return ":".join([*map(str, bin_dirs), f"{home}/.local/bin", str(self.system_bin), "/usr/local/bin",
+                         "/usr/bin", "/bin"])
+
+    def _home(self, home: Path, login: LoginEnv, pip_index: bool, train_venv: bool) -> Path | None:
+        """Write a fresh box user's home; returns the training venv's python (None: no venv, or no torch)."""
         (home / ".local" / "bin").mkdir(parents=True, exist_ok=True)
-        python = home / ".local" / "bin" / "python3"
-        if not python.exists():
-            python.symlink_to(sys._base_executable)  # type: ignore[attr-defined]
-        site = home / ".local" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
-        site.mkdir(parents=True, exist_ok=True)
-        (site / "rgt-test-venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-        return home
+        (home / ".profile").write_text(
+            "# ~/.profile: executed by the command interpreter for login shells (Debian's, abbreviated).\n"
+            + _exports(login.profile)
+            + 'if [ -n "$BASH_VERSION" ] && [ -f "$HOME/.bashrc" ]; then . "$HOME/.bashrc"; fi\n'
+            'if [ -d "$HOME/bin" ]; then PATH="$HOME/bin:$PATH"; fi\n'
+            'if [ -d "$HOME/.local/bin" ]; then PATH="$HOME/.local/bin:$PATH"; fi\n')
+        (home / ".config" / "train").mkdir(parents=True, exist_ok=True)
+        (home / ".config" / "train" / "env").write_text(_exports(login.env_file))
+        activate = '. "$HOME/venvs/pt/bin/activate"\n' if login.activate_venv and train_venv else ""
+        (home / ".bashrc").write_text(
+            "# ~/.bashrc: executed by bash(1) for non-login shells (Debian's, abbreviated).\n"
+            "# If not running interactively, don't do anything\n"
+            "case $- in\n    *i*) ;;\n      *) return;;\nesac\nHISTCONTROL=ignoreboth\n"
+            '# the user\'s additions\n[ -f "$HOME/.config/train/env" ] && . "$HOME/.config/train/env"\n'
+            + _exports(login.bashrc) + activate)
+        if pip_index:  # the box's package index: a local mirror, as boxes behind a mirror have it
+            (home / ".config" / "pip").mkdir(parents=True, exist_ok=True)
+            (home / ".config" / "pip" / "pip.conf").write_text(
+                f"[global]\nno-index = true\nfind-links = {self.wheelhouse}\n")
+        if not train_venv:
+            return None
+        venv = home / "venvs" / "pt"
+        subprocess.run([self.train_base, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+        if self.torch_stack is None:
+            return None
+        # The one .pth of the test boxes (TRAIN_STACK_PTH), and it is inside the user's training venv on the
+        # box: the box's system python, which the runtime uses, sees nothing of this machine's packages.
+        user_venv_packages = next((venv / "lib").glob("python3.*/site-packages"))
+        (user_venv_packages / TRAIN_STACK_PTH).write_text(f"{self.torch_stack}\n")
+        torchrun = venv / "bin" / "torchrun"
+        torchrun.write_text(f"#!{venv}/bin/python\nimport sys\nfrom torch.distributed.run import main\n"
+                            "sys.exit(main())\n")
+        torchrun.chmod(0o755)
+        return venv / "bin" / "python"
 
     def add(self, alias: str, scenario: str | None = None, server: str | None = None,
-            env: dict[str, str] | None = None, known: bool = True, interactive_only: bool = False) -> Box:
-        """Start a box. ``known=False`` leaves its host key out of known_hosts (accept-new applies);
-        ``interactive_only`` (asyncssh) answers every command with a banner, like a shell-only proxy."""
+            env: dict[str, str] | None = None, known: bool = True, interactive_only: bool = False,
+            login: LoginEnv | None = None, bin_dirs: Sequence[str | Path] = (), pip_index: bool = True,
+            train_venv: bool = True, home: Path | None = None) -> Box:
+        """Start a box (see the module docstring for what its home holds).
+
+        ``env``: the sshd session's environment (what ``ssh box cmd`` sees), over HOME/PATH/LANG;
+        ``bin_dirs``: put first on that PATH; ``login``: the shell start-up files' exports;
+        ``pip_index=False``: the box has no package index; ``train_venv=False``: no ``~/venvs/pt``;
+        ``known=False`` leaves its host key out of known_hosts (accept-new applies); ``interactive_only``
+        (asyncssh) answers every command with a banner, like a shell-only proxy.
+        """
         if interactive_only:
             server = "asyncssh"
         server = server or ("sshd" if SSHD else "asyncssh")
-        home = self._home(alias)
-        box_env = {"HOME": str(home), "PATH": f"{home}/.local/bin:/usr/local/bin:/usr/bin:/bin",
-                   "LANG": "C.UTF-8", **({"RGT_HEALTH_FAKE": scenario} if scenario else {}), **(env or {})}
+        login = login or LoginEnv()
+        home = home or self.root / "homes" / alias
+        train_python = self._home(home, login, pip_index, train_venv)
+        box_env = {"HOME": str(home), "PATH": self.path_for(home, bin_dirs), "LANG": "C.UTF-8",
+                   **({"RGT_HEALTH_FAKE": scenario} if scenario else {}), **(env or {})}
         port = free_port()
         if server == "sshd":
             stop = self._start_sshd(alias, port, box_env)
         else:
             stop = _AsyncsshServer(port, self.host_key, self.authorized, box_env, interactive_only)
         _wait_listening(port)
-        box = Box(alias, port, home, box_env, server, stop)
+        box = Box(alias, port, home, box_env, server, stop, train_python=train_python, login=login)
         self.boxes[alias] = box
         known_hosts = self.root / f"known_hosts.{alias}"
         if known:
@@ -247,9 +489,12 @@ class Fleet:
     # -- environment and runtime -------------------------------------------------------------------------
     @contextlib.contextmanager
     def environment(self) -> Iterator[None]:
-        saved = {k: os.environ.get(k) for k in ("RGT_SSH_CONFIG", "RGT_SSH_CONTROL_DIR")}
-        os.environ["RGT_SSH_CONFIG"] = str(self.config)
-        os.environ["RGT_SSH_CONTROL_DIR"] = str(self.control_dir)
+        """RGT_SSH_CONFIG / RGT_SSH_CONTROL_DIR for the fleet, and pip here reads the wheelhouse instead of the
+        package index (``rgt box install --wheels`` downloads the boxes' wheels with pip)."""
+        values = {"RGT_SSH_CONFIG": str(self.config), "RGT_SSH_CONTROL_DIR": str(self.control_dir),
+                  "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(self.wheelhouse)}
+        saved = {k: os.environ.get(k) for k in values}
+        os.environ.update(values)
         try:
             yield
         finally:
@@ -260,22 +505,34 @@ class Fleet:
                     os.environ[key] = value
 
     def install_runtime(self, alias: str):
-        """The real install on the first box; later boxes get a symlink to that runtime (same interpreter)."""
+        """Give a box this checkout's runtime. Once per test run (under a lock in ``shared``), the real
+        ``rgt box install --wheels`` builds it on a box of its own (``runtime-installer``, its HOME in
+        ``shared``); every box then gets a symlink to it, so its own python stays clean. Returns the install's
+        report when this call ran it, else None."""
         from remote_gpu_trainer.remote.box import install
         from remote_gpu_trainer.remote.hosts import parse_host
         from remote_gpu_trainer.remote.runtime import runtime_version
 
         version = runtime_version()
-        if self.runtime_owner is None:
-            report = install(parse_host(alias))
-            self.runtime_owner = alias
-            return report
+        installer_home = self.shared / "runtime-home"
+        runtime = installer_home / ".cache" / "remote-gpu-trainer" / version
+        report = None
+        with _locked(self.shared / "runtime.lock"):
+            if not (runtime / "ready").is_file():
+                installer = f"runtime-installer-{len(self.boxes)}"
+                self.add(installer, home=installer_home, train_venv=False)
+                with self.environment():
+                    report = install(parse_host(installer), wheels=True)
         target = self.boxes[alias].home / ".cache" / "remote-gpu-trainer"
         target.mkdir(parents=True, exist_ok=True)
-        link = target / version
-        if not link.exists():
-            link.symlink_to(self.boxes[self.runtime_owner].home / ".cache" / "remote-gpu-trainer" / version)
-        return None
+        if not (target / version).exists() and target / version != runtime:
+            (target / version).symlink_to(runtime)
+        return report
+
+    def ssh(self, alias: str, command: str, stdin: str = "", timeout: float = 120) -> subprocess.CompletedProcess:
+        """``ssh alias command`` with the fleet's config, text in and out (the remote shell parses ``command``)."""
+        return subprocess.run(["ssh", "-F", str(self.config), "-o", "BatchMode=yes", alias, command], input=stdin,
+                              capture_output=True, text=True, timeout=timeout)
 
     def box_processes(self, alias: str) -> list:
         """Processes of ours still running for a box (their command line names that box's runtime)."""

@@ -21,6 +21,7 @@ from remote_gpu_trainer.models import Verdict
 from remote_gpu_trainer.processes.ports import suggest_free_port
 
 from .conftest import call_ok
+from .sshbox import needs_torch_in_runtime
 
 pytestmark = pytest.mark.slow
 
@@ -91,6 +92,7 @@ def mixed(fleet):
     return anyio.run(go)
 
 
+@needs_torch_in_runtime
 def test_each_box_gets_its_verdict_and_the_fleet_fails(mixed):
     verdicts = {r["host"]: r["verdict"] for r in mixed["hosts"]}
     assert verdicts == {"pf-head": "PASS", "pf-ecc": "FAIL", "pf-old": "WARN", CLOSED: "FAIL"}, \
@@ -145,6 +147,7 @@ def test_no_process_of_the_check_is_left_on_any_box(mixed, fleet):
 # --- the collective ---------------------------------------------------------------------------------
 
 
+@needs_torch_in_runtime
 @pytest.mark.anyio
 @pytest.mark.parametrize("client", ["legacy"], indirect=True)
 async def test_gloo_allreduce_across_two_boxes_over_mcp_reports_bandwidth(fleet, client):
@@ -167,6 +170,7 @@ async def test_gloo_allreduce_across_two_boxes_over_mcp_reports_bandwidth(fleet,
     assert _leftovers(fleet, SCENARIOS) == []
 
 
+@needs_torch_in_runtime
 def test_a_rank_killed_mid_run_on_one_box_fails_cleanly_naming_it(fleet):
     facts = {}
     for alias in ("pf-head", "pf-ecc"):
@@ -264,6 +268,7 @@ def _rgt(*argv: str) -> subprocess.CompletedProcess:
                           timeout=240, stdin=subprocess.DEVNULL)
 
 
+@needs_torch_in_runtime
 def test_the_cli_waits_for_the_result_and_prints_progress_without_a_job(fleet):
     """A job lives in the process that started it, so no later `rgt` could poll one: `rgt preflight` has no
     --wait-s/--job-id, waits for the whole check and reports progress on stderr."""

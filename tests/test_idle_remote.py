@@ -51,8 +51,7 @@ async def test_over_mcp_idle_box_custody_pull_then_the_guard_stops_it_after_the_
     fake = home / "bin" / "runpodctl"
     fake.write_text(f"#!/bin/sh\necho \"$@\" >> {record}\n")
     fake.chmod(0o755)
-    ssh_fleet.add(alias, scenario="idle-8xh100", env={
-        "RUNPOD_POD_ID": "pod-e2e", "PATH": f"{home}/bin:{home}/.local/bin:/usr/local/bin:/usr/bin:/bin"})
+    ssh_fleet.add(alias, scenario="idle-8xh100", env={"RUNPOD_POD_ID": "pod-e2e"}, bin_dirs=[home / "bin"])
     ssh_fleet.install_runtime(alias)
     run = home / ".cache" / "remote-gpu-trainer" / "runs" / "run-e2e"
     (run / "ckpt").mkdir(parents=True)

@@ -22,6 +22,7 @@ from remote_gpu_trainer.remote.session import POOL
 from remote_gpu_trainer.remote.ssh import classify_ssh_failure
 
 from .conftest import call_error, call_ok
+from .sshbox import needs_torch_in_runtime
 
 SPECS = {spec.name: spec for spec in all_specs()}
 
@@ -171,6 +172,7 @@ def test_diagnose_reads_the_tail_of_a_log_on_the_box(ssh_fleet):
     assert result.lines_scanned < 400  # only the tail was read
 
 
+@needs_torch_in_runtime
 def test_repro_runs_on_the_box_torch_and_streams_progress(ssh_fleet):
     seen: list[tuple] = []
     report = SPECS["repro_scaler_bug"].call({"host": "box-a", "case": "fp16_unscale", "device": "cpu"},
@@ -245,6 +247,7 @@ def test_box_status_install_and_remove(ssh_fleet):
     assert call("box_status", host="box-life").state == "missing"
 
 
+@needs_torch_in_runtime
 def test_remote_timeout_leaves_no_process_on_the_box(ssh_fleet, monkeypatch):
     monkeypatch.setenv("RGT_REMOTE_TIMEOUT", "1")
     with pytest.raises(RemoteError) as err:
@@ -302,6 +305,7 @@ def test_a_slow_install_goes_on_in_the_background_and_a_later_call_reports_it(ss
     assert call("gpu_health", host="box-slow").host == "box-slow"
 
 
+@needs_torch_in_runtime
 @pytest.mark.anyio
 async def test_over_mcp_every_box_tool_of_the_issue_works_through_an_alias(ssh_fleet, client):
     """The issue's bar, over MCP: health, port status, kill with the dry run's token, zombies, a repro and a

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -55,9 +54,10 @@ async def _wait(client, run_id: str, predicate, timeout_s: float = 60.0) -> dict
 @pytest.mark.anyio
 async def test_gloo_run_over_mcp_through_a_host_survives_a_dropped_connection_and_stops(ssh_fleet, client):
     port = _free_port()
+    python = str(ssh_fleet.boxes["box-a"].train_python)  # the user's training venv on the box
     started = await call_ok(client, "run_start", {
         "host": "box-a", "name": "gloo-remote", "cwd": str(FIXTURES),
-        "argv": [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", f"--master-port={port}",
+        "argv": [python, "-m", "torch.distributed.run", "--nproc-per-node=2", f"--master-port={port}",
                  str(FIXTURES / "train_gloo.py"), "100000", "0.05"]})
     assert started["host"] == "box-a" and started["run_id"]
     run_id = started["run_id"]
@@ -85,8 +85,8 @@ async def test_gloo_run_over_mcp_through_a_host_survives_a_dropped_connection_an
 
 
 def test_failing_run_on_a_host_reports_its_diagnosis(ssh_fleet, tmp_path):
-    started = call("run_start", host="box-b", argv=[sys.executable, str(FIXTURES / "fail_unused_param.py")],
-                   cwd=str(tmp_path))
+    started = call("run_start", host="box-b", cwd=str(tmp_path),
+                   argv=[str(ssh_fleet.boxes["box-b"].train_python), str(FIXTURES / "fail_unused_param.py")])
     end = time.monotonic() + 60
     status = call("run_status", host="box-b", run_id=started.run_id)
     while status.state in ("starting", "running") and time.monotonic() < end:

@@ -1,8 +1,11 @@
-"""Where the skill's files live.
+"""Where the skill's files and the package's cache live.
 
 The package sits at ``tools/remote_gpu_trainer`` inside the skill, so the skill root is two levels
 up. ``RGT_SKILL_ROOT`` overrides that for unusual installs (e.g. a wheel installed without the repo).
 The runtime a box gets (remote/runtime.py) carries the skill's files inside the package as ``_skill/``.
+
+This module imports only the standard library: the box runtime (remote/runtime.py) has no MCP SDK, and
+everything a box-side tool needs from here must import there.
 """
 
 from __future__ import annotations
@@ -34,3 +37,13 @@ def skill_markdown_files(root: Path | None = None) -> list[Path]:
     for top in MARKDOWN_DIRS:
         candidates.extend(sorted((root / top).rglob("*.md")))
     return [p.relative_to(root) for p in candidates if p.is_file() and p.resolve().is_relative_to(root)]
+
+
+def cache_dir() -> Path:
+    """The package's cache directory: ``$RGT_CACHE_DIR``, else ``$XDG_CACHE_HOME`` or ``~/.cache``, then
+    ``remote-gpu-trainer``. On a laptop it holds the server's tool-list cache; on a box the runtime
+    versions, the run ledger (``runs/``) and the guards."""
+    if override := os.environ.get("RGT_CACHE_DIR"):
+        return Path(override)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "remote-gpu-trainer"

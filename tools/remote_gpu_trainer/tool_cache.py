@@ -7,6 +7,9 @@ the key covers every code, data and template file of this package and of ``scrip
 (path, size, mtime), and the package, MCP SDK, pydantic and Python versions. A miss, an unreadable
 file or a version change simply rebuilds. ``RGT_NO_TOOL_CACHE=1`` bypasses it; ``RGT_CACHE_DIR``
 moves it.
+
+Only the MCP server imports this module (it needs ``mcp.types``); code that also runs on a box takes
+the cache directory from :func:`remote_gpu_trainer.paths.cache_dir`.
 """
 
 from __future__ import annotations
@@ -24,19 +27,13 @@ import pydantic
 from mcp.types import Tool as MCPTool
 
 from . import __version__
+from .paths import cache_dir
 
 log = logging.getLogger(__name__)
 
 
 def enabled() -> bool:
     return os.environ.get("RGT_NO_TOOL_CACHE", "") in ("", "0")
-
-
-def cache_dir() -> Path:
-    if override := os.environ.get("RGT_CACHE_DIR"):
-        return Path(override)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "remote-gpu-trainer"
 
 
 def fingerprint(directories: tuple[Path, ...]) -> str:

@@ -9,6 +9,7 @@ not finished in ``wait_s`` keeps going in the background; a later call for the s
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tempfile
@@ -94,22 +95,59 @@ def _box_python(host: Host) -> tuple[str, str]:
     out = run(host, probe, timeout_s=60).stdout.decode().split()
     if len(out) != 3:
         raise RemoteError(host.given, "no_python", "no python3 on the box", "install python 3.11+ on the box")
-    machine = out[2].split("-")[-1]
-    return f"{out[0]}.{out[1]}", f"manylinux2014_{machine}"
+    return f"{out[0]}.{out[1]}", wheel_platform(out[2])
+
+
+def wheel_platform(sysconfig_platform: str) -> str:
+    """The pip ``--platform`` for a box whose ``sysconfig.get_platform()`` is e.g. ``linux-x86_64``."""
+    return f"manylinux2014_{sysconfig_platform.split('-')[-1]}"
+
+
+_NO_WHEEL = re.compile(r"No matching distribution found for (\S+)")
+
+
+def download_wheels(python_version: str, platform: str, into: Path) -> list[Path]:
+    """The runtime's dependencies as wheels for another interpreter (``3.11``, ``manylinux2014_x86_64``): what
+    ``--wheels`` sends to a box that cannot reach a package index. Raises RuntimeError with pip's words.
+
+    ``pip download --platform`` takes wheels only, and some dependencies publish only an sdist (python-hostlist):
+    such a requirement is built into a wheel here, which must come out pure Python (``py3-none-any``) to suit
+    the box, and the download runs again with it at hand.
+    """
+    from .runtime import box_requirements
+
+    argv = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--platform", platform,
+            "--python-version", python_version, "--find-links", str(into), "-d", str(into), *box_requirements()]
+    built: set[str] = set()
+    while True:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+        missing = _NO_WHEEL.search(done.stderr)
+        if done.returncode == 0 or missing is None or missing.group(1) in built:
+            break
+        built.add(missing.group(1))
+        before = set(into.glob("*.whl"))
+        wheel = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(into),
+                                missing.group(1)], capture_output=True, text=True, timeout=600,
+                               stdin=subprocess.DEVNULL)
+        new = set(into.glob("*.whl")) - before
+        if wheel.returncode != 0 or not new or not all(w.name.endswith("-py3-none-any.whl") for w in new):
+            for path in new:
+                path.unlink()
+            raise RuntimeError(f"{missing.group(1)} has no wheel for python {python_version} {platform}, and "
+                               f"built here it is not pure Python: {wheel.stderr.strip()[-300:] or sorted(new)}")
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr.strip()[-300:])
+    return sorted(into.glob("*.whl"))
 
 
 def _download_wheels(host: Host, into: Path, progress: Progress) -> list[Path]:
-    from .runtime import box_requirements
-
     version, platform = _box_python(host)
     progress(1, 5, f"downloading dependency wheels for python {version} {platform}")
-    argv = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--platform", platform,
-            "--python-version", version, "-d", str(into), *box_requirements()]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
-    if done.returncode != 0:
+    try:
+        return download_wheels(version, platform, into)
+    except RuntimeError as err:
         raise RemoteError(host.given, "install_failed", "could not download the dependency wheels here",
-                          f"check this machine's package index access; pip said: {done.stderr.strip()[-300:]}")
-    return sorted(into.glob("*.whl"))
+                          f"check this machine's package index access; pip said: {err}") from err
 
 
 _FAIL_KINDS = {"no_python": "no_python", "venv": "install_failed", "pip": "install_failed",

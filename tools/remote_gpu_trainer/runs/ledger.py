@@ -39,6 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..paths import cache_dir
+
 RUNS_ENV = "RGT_RUNS_DIR"
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$"
 _RUN_ID = re.compile(RUN_ID_PATTERN)
@@ -51,8 +53,6 @@ META, SUPERVISOR, LOG, STALL, STOP, EXIT, NOTIFICATIONS, STACKS = (
 def runs_root() -> Path:
     if override := os.environ.get(RUNS_ENV):
         return Path(override).expanduser()
-    from ..tool_cache import cache_dir
-
     return cache_dir() / "runs"
 
 
