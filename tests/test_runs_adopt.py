@@ -117,7 +117,7 @@ def test_adopt_watches_a_hand_started_run_notifies_its_stall_and_its_end(hand_ru
     stalled = until(lambda: call("run_status", run_id=adopted.run_id), lambda s: s.state == "stalled")
     assert stalled.adopted and str(log) in stalled.detail
     assert [r.state for r in our_runs(stall_s=3600) if r.run_id == adopted.run_id] == ["stalled"]
-    assert proc.pid in [r.pids for r in our_runs(stall_s=3600) if r.run_id == adopted.run_id][0]
+    assert proc.pid in next(r.pids for r in our_runs(stall_s=3600) if r.run_id == adopted.run_id)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     ended = until(lambda: call("run_status", run_id=adopted.run_id), lambda s: s.state not in ("stalled", "running"))
