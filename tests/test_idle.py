@@ -291,9 +291,14 @@ def test_guard_refuses_to_stop_with_unsynced_outputs(box):
     (outputs / "final.pt").write_bytes(b"weights")
     _run(box, "r1", None, ended=True, outputs=[str(outputs)])
     _sync_everything(box / "runs")
-    _arm(action="stop", idle_minutes=0.01, interval_s=0.2)
+    notes = box / "notes.jsonl"
+    _arm(action="stop", idle_minutes=0.01, interval_s=0.2, notify=[sys.executable, RECORDER, str(notes), "{state}",
+                                                                   "{message}"])
     assert _wait(lambda: (guard.notice(box / "guard") or {}).get("kind") == "refused", 15)
     assert _calls(box) == [] and "final.pt" in guard.notice(box / "guard")["message"]
+    assert _wait(lambda: any(n["argv"][0] == "stop_refused" for n in _notes(notes, 1)), 15)
+    told = next(n for n in _notes(notes, 1) if n["argv"][0] == "stop_refused")  # the person hears why not
+    assert "final.pt" in told["argv"][1]
     assert BOX_IDLE.call({"window_s": 0}).guard.notice.startswith("stop refused")
     _sync_everything(outputs)  # pulled and verified: now it may stop
     assert _wait(lambda: _calls(box), 15)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -137,12 +138,17 @@ def test_a_stall_is_declared_from_file_progress_while_the_gpu_spins_at_full_load
 
     run = RunDir(tmp_path)
     (tmp_path / "log").write_text("step 1\n")
-    busy = [gpu.GpuUse(gpu=0, pid=os.getpid(), used_bytes=1 << 30, gpu_util_percent=100)]
-    monkeypatch.setattr(gpu, "run_gpu_use", lambda pids, backend=None, timeout_s=5.0: (busy, None))
-    watch = StallWatch(run, 0.3)
-    end = time.monotonic() + 10
-    began = False
-    while not began and time.monotonic() < end:
-        began = watch.check({os.getpid()})
-        time.sleep(0.05)
-    assert began, "no stall while the log stayed still and the GPU read 100 %"
+    rank = subprocess.Popen(["sleep", "60"])  # stands for a rank spinning in a collective: alive, writing nothing
+    try:
+        busy = [gpu.GpuUse(gpu=0, pid=rank.pid, used_bytes=1 << 30, gpu_util_percent=100)]
+        monkeypatch.setattr(gpu, "run_gpu_use", lambda pids, backend=None, timeout_s=5.0: (busy, None))
+        watch = StallWatch(run, 0.3)
+        end = time.monotonic() + 10
+        began = False
+        while not began and time.monotonic() < end:
+            began = watch.check({rank.pid})
+            time.sleep(0.05)
+        assert began, "no stall while the log stayed still and the GPU read 100 %"
+    finally:
+        rank.kill()
+        rank.wait()

@@ -170,6 +170,9 @@ def arm(config: GuardConfig, state: Path | None = None) -> GuardConfig:
     (state / "notice.json").unlink(missing_ok=True)
     _write(state / "guard.json", asdict(config))
     pid = spawn_detached([sys.executable, "-m", MODULE, str(state)], state / "guard.log")
+    deadline = time.monotonic() + 10  # return a guard that runs: until exec, /proc shows the caller's command line
+    while not alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
     config.pid = pid
     _write(state / "guard.json", asdict(config))
     record_event(state, "armed", action=config.action, argv=config.argv, idle_s=config.idle_s,
@@ -237,7 +240,7 @@ def tell(config: GuardConfig, state: Path, kind: str, message: str, runs: list[R
 def _act(config: GuardConfig, state: Path, runs: list[RunView], idle_since: float) -> bool:
     """Take the action. True when the guard is done (fired), False to keep watching (a refusal)."""
     idle_for = time.time() - idle_since
-    why = f"idle for {idle_for:.0f} s (threshold {config.util_threshold}%, window {config.idle_s:g} s)"
+    why = f"idle for {idle_for:.0f} s (window {config.idle_s:g} s, GPUs under {config.util_threshold}% where readable)"
     if config.action == "notify":
         message = f"the idle guard found this box {why}; it did nothing else"
         _write(state / "notice.json", {"at": time.time(), "kind": "idle", "idle_since": idle_since,

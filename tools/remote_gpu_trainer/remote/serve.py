@@ -71,6 +71,7 @@ def _handle(request: dict[str, Any]) -> None:
                                     "in this runtime"}})
         return
     os.environ["RGT_BOX_DESTINATION"] = str(request.get("box") or "")
+    os.environ["RGT_BOX_ALIAS"] = str(request.get("alias") or "")  # how the person names this box: notify's {host}
 
     def progress(done: float, total: float | None = None, message: str = "") -> None:
         _send({"id": rid, "progress": [done, total, message]})

@@ -123,7 +123,7 @@ class Session:
         from ..registry import home_of
 
         line = json.dumps({"id": rid, "tool": tool, "module": home_of(tool), "arguments": arguments, "box": box,
-                           "timeout_s": timeout_s})
+                           "alias": self.host.given, "timeout_s": timeout_s})
         deadline = time.monotonic() + timeout_s + 5  # the box ends itself at timeout_s; this is the backstop
         try:
             assert self.proc.stdin is not None

@@ -122,7 +122,7 @@ def event_message(run: RunDir, meta: dict[str, Any], state: str, detail: str, di
     if step is not None:
         parts.append(f"at step {step}")
     if diagnosis:
-        parts.append(f"— {diagnosis}")
+        parts.append(f"— {'where: ' if state == 'stalled' else ''}{diagnosis}")
     return " ".join(parts)
 
 
@@ -260,18 +260,19 @@ class StallWatch:
     def overdue(self) -> bool:
         return self.quiet_s() >= RECHECK_AFTER * self.after_s
 
-    def describe(self, verdict: str, gpu: str) -> str:
+    def describe(self, gpu: str) -> str:
         follows = self.files.follows()
         where = f"in {follows}" if follows else "in its log"
         others = len(self.files.sources) - 1
         more = f" (nor in {others} other watched file{'s' if others > 1 else ''})" if others > 0 else ""
-        return (f"no progress {where}{more} for {self.quiet_s():.0f} s (threshold {self.after_s:g} s); "
-                f"stacks: {verdict}{gpu}")
+        return f"no progress {where}{more} for {self.quiet_s():.0f} s (threshold {self.after_s:g} s){gpu}"
 
     def declare(self, detail: str) -> None:
         since = max(self.files.last_change() or self.started, self.started)
         self.run.write(STALL, {"since": since, "detected_at": self.candidate_at, "detail": detail,
-                               "follows": self.files.follows()})
+                               "follows": self.files.follows(),
+                               "decided_by": "no change in any progress file, and the stacks did not move (or "
+                                             f"{RECHECK_AFTER} thresholds passed); GPU load is evidence only"})
         self.stalled = True
 
     def postpone(self) -> None:
@@ -310,10 +311,10 @@ def _watch_stall(run: RunDir, meta: dict[str, Any], stall: StallWatch, live: lis
     if report is not None and report.finding == "progressing" and not stall.overdue():
         stall.postpone()  # quiet, but computing: every stack moved between samples
         return
-    detail = stall.describe(verdict, _gpu_evidence(live))
+    detail = stall.describe(_gpu_evidence(live))
     stall.declare(detail)
     follows = stall.files.follows()
-    notify(run, meta, "stalled", detail, log=Path(follows) if follows else None)
+    notify(run, meta, "stalled", detail, verdict, log=Path(follows) if follows else None)
 
 
 def _write_watch(run: RunDir, files: ProgressFiles, last: dict[str, Any] | None) -> dict[str, Any]:
