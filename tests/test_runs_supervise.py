@@ -97,17 +97,18 @@ def test_a_file_the_run_holds_open_for_writing_counts_as_progress(tmp_path):
 
 CHILD = """import sys, time
 print("child up", flush=True)
-for step in range(1, 16):
-    print(f"step {step}/15", flush=True)
+steps = int(sys.argv[2])
+for step in range(1, steps + 1):
+    print(f"step {step}/{steps}", flush=True)
     time.sleep(0.2)
 sys.exit(int(sys.argv[1]))
 """
 
 
-def _launcher(tmp_path: Path, how: str, code: int) -> list[str]:
+def _launcher(tmp_path: Path, how: str, code: int, steps: int = 15) -> list[str]:
     (tmp_path / "child.py").write_text(CHILD)
     script = tmp_path / "launch.sh"
-    script.write_text(f"#!/bin/sh\n{how} {PY} child.py {code} > child.log 2>&1 &\necho launched\nexit 0\n")
+    script.write_text(f"#!/bin/sh\n{how} {PY} child.py {code} {steps} > child.log 2>&1 &\necho launched\nexit 0\n")
     script.chmod(0o755)
     return [str(script)]
 
@@ -117,7 +118,7 @@ def test_a_launcher_that_backgrounds_its_job_is_followed_until_the_job_ends(tmp_
     started = call("run_start", argv=_launcher(tmp_path, how, 5), cwd=str(tmp_path), watch=["child.log"])
     status = wait_status(started.run_id, lambda s: "launcher exited" in s.detail)
     assert status.state == "running" and "1 process continues" in status.detail
-    assert [p.command.split()[-2:] for p in status.processes] == [["child.py", "5"]]
+    assert [p.command.split()[-3:-1] for p in status.processes] == [["child.py", "5"]]
     final = wait_status(started.run_id, lambda s: s.state not in ("starting", "running"))
     # the supervisor is the job's subreaper: it reaped the re-parented child and knows its exit code
     assert (final.state, final.exit_code) == ("failed", 5), final.detail
@@ -152,3 +153,16 @@ def test_a_stall_is_declared_from_file_progress_while_the_gpu_spins_at_full_load
     finally:
         rank.kill()
         rank.wait()
+
+
+def test_run_stop_reaches_a_job_its_launcher_detached_with_setsid(tmp_path):
+    """A setsid'd job leaves the launcher's session and group: run_stop still lists it, stops it, verifies."""
+    started = call("run_start", argv=_launcher(tmp_path, "setsid", 0, steps=600), cwd=str(tmp_path))
+    status = wait_status(started.run_id, lambda s: "continues" in s.detail)
+    child = status.processes[0].pid
+    dry = call("run_stop", run_id=started.run_id)
+    assert [t.pid for t in dry.kill.targets if t.action == "would_signal"] == [child]
+    stopped = call("run_stop", run_id=started.run_id, dry_run=False, confirm_token=dry.confirm_token, grace_s=5)
+    assert stopped.verified, stopped.summary
+    final = wait_status(started.run_id, lambda s: s.state not in ("starting", "running"))
+    assert final.state == "killed" and "run_stop" in final.detail

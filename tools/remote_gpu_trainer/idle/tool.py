@@ -362,8 +362,6 @@ def _config(args: IdleGuardInput):  # -> (GuardConfig, provider name)
 
 def _plan(config, window=None) -> str:
     """Exactly what the guard will do, in words; ``window`` (a GPU sample) says how it can judge load here."""
-    from .verdict import unreadable_note
-
     what = (f"run `{' '.join(config.argv)}` (the {config.provider} stop, from inside the box)"
             if config.action == "stop" else "write a notice that every later box_idle call shows")
     stalled = " or stalled (whatever its GPU load: a hung collective spins at 100 %)" if config.on_stalled else ""
@@ -375,8 +373,8 @@ def _plan(config, window=None) -> str:
     plan = (f"Every {config.interval_s:g} s, check runs and GPUs; once all our runs have ended{stalled} and {gpus} "
             f"for {config.idle_s / 60:g} min with no process of ours on a GPU, {what}.{custody}")
     if window is not None and not window.ok:
-        plan += (f" GPU load cannot be read here: {unreadable_note(window)}, so idleness is decided from run states "
-                 "and log/file progress only: adopt a job started by hand (run_adopt) so it counts.")
+        plan += (f" GPU load cannot be read here ({window.detail}): idleness is decided from run states and log/file "
+                 "progress only, and a job neither started by run_start nor adopted (run_adopt) is not seen.")
     if config.notify:
         tells = ("when the box is idle" if config.action == "notify" else
                  (f"{config.warn_s / 60:g} min before the stop, " if config.warn_s else "") +

@@ -487,6 +487,8 @@ def watch_adopted(run: RunDir, meta: dict[str, Any]) -> int:
     state = "oom_killed" if oom["kernel_lines"] else "ended"
     detail = ("the kernel log names one of its pids as killed by the OOM killer" if state == "oom_killed" else
               "exit status unknown: an adopted run's supervisor is not its parent, so nobody could read it")
+    if run.read(STOP) and state == "ended":
+        state, detail = "killed", f"stopped by run_stop ({detail})"
     _finish(run, meta, {"state": state, "detail": detail, "exit_code": None, "signal": None, "oom": oom,
                         "exit_status_known": False, "left_running": []}, logs)
     return 0

@@ -1,4 +1,5 @@
-"""The run tools: ``run_start``, ``run_status``, ``run_logs``, ``run_stop``, ``run_list`` (``rgt run ...``).
+"""The run tools: ``run_start``, ``run_status``, ``run_logs``, ``run_stop``, ``run_list``, ``run_adopt``
+(``rgt run ...``).
 
 All are machine-facing (``remote=True``): with a ``host`` they run on that box over ssh, and all
 they look at is the box they run on. The run itself lives in a run directory on the box
@@ -16,7 +17,7 @@ import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -48,6 +49,28 @@ def _run_id_field() -> Any:
 
 Check = Literal["port", "gpus", "disk"]
 
+PidField = Annotated[int | None, Field(ge=1, le=4194304, description="A process started by hand (torchrun, python "
+                                       "train.py): it and its descendants; its log is found from the files it writes")]
+PatternField = Annotated[str | None, Field(min_length=2, max_length=200, description="A regular expression matched "
+                                           "against command lines, e.g. 'train.py --config big' (one job must match, "
+                                           "and the result shows the pids it resolved to; never used to stop "
+                                           "anything)")]
+LogsField = Annotated[list[str] | None, Field(min_length=1, max_length=16, description="Log files of a run started "
+                                              "by hand (absolute, ~ or relative to the home directory); alone they "
+                                              "find the process writing them, or say it has ended")]
+WatchField = Annotated[list[str] | None, Field(min_length=1, max_length=32, description="Files or globs (relative to "
+                                               "the run's working directory) where it writes its progress, e.g. "
+                                               "['runs/*/train.log']; files its processes hold open for writing are "
+                                               "followed too")]
+CheckpointDirField = Annotated[str | None, Field(min_length=1, max_length=4096, description="Where the run saves "
+                                                 "checkpoints (relative to its working directory): run_status and "
+                                                 "box_idle then say whether the night's saves fit (space, inodes, "
+                                                 "tmpfs, the provider's volume, integrity)")]
+SaveEveryField = Annotated[int | None, Field(ge=1, le=10**9, description="The save interval in steps (default: read "
+                                             "from the step numbers of its checkpoints)")]
+KeepLastField = Annotated[int | None, Field(ge=1, le=10**6, description="How many checkpoints the run keeps (HF "
+                                            "save_total_limit); default: all are kept, the worst case")]
+
 
 # ================================================================== run_start
 
@@ -78,16 +101,10 @@ class RunStartInput(StrictModel):
     stall_after_s: float = Field(900.0, ge=1, le=7 * 86400, description="No change in any progress file (its log, "
                                  "the watch files, files it writes) for this long, with stacks that do not move, "
                                  "counts as stalled; GPU load is not used (a hung collective spins at 100 %)")
-    watch: list[str] | None = Field(None, min_length=1, max_length=32, description="Files or globs (relative to cwd) "
-                                    "where the run writes its progress, e.g. ['runs/*/train.log']; the supervisor "
-                                    "also follows every regular file the run's processes hold open for writing")
-    checkpoint_dir: str | None = Field(None, min_length=1, max_length=4096, description="Where the run saves "
-                                       "checkpoints (relative to cwd): run_status and box_idle then say whether the "
-                                       "night's saves fit (space, inodes, tmpfs, the provider's volume, integrity)")
-    save_every_steps: int | None = Field(None, ge=1, le=10**9, description="The run's save interval in steps "
-                                         "(default: read from the step numbers of its checkpoints)")
-    keep_last: int | None = Field(None, ge=1, le=10**6, description="How many checkpoints the run keeps (HF "
-                                  "save_total_limit); default: all are kept, the worst case")
+    watch: WatchField = None
+    checkpoint_dir: CheckpointDirField = None
+    save_every_steps: SaveEveryField = None
+    keep_last: KeepLastField = None
     skip_checks: list[Check] = Field(default_factory=list, description="Quick checks not to run: port, gpus, disk")
     min_free_disk_gib: float = Field(1.0, ge=0, le=100000, description="Free space needed on cwd and the runs "
                                      "directory")
@@ -251,24 +268,30 @@ HAND_TARGET = ("For a run started by hand (not by run_start or run_adopt): give 
                "matched against command lines; the result shows the pids it resolved to) or logs")
 
 
-class RunStatusInput(StrictModel):
+class RunTarget(StrictModel):
+    """Which run a reading tool is about: one of ours by run_id, or one started by hand."""
+
     run_id: str | None = Field(None, pattern=RUN_ID_PATTERN, max_length=96, description="The run_id that run_start "
                                "or run_adopt returned. " + HAND_TARGET + " instead.")
-    pid: int | None = Field(None, ge=1, le=4194304, description="A process started by hand (torchrun, python "
-                            "train.py): it and its descendants; its log is found from the files it writes")
-    pattern: str | None = Field(None, min_length=2, max_length=200, description="A regular expression matched "
-                                "against command lines, e.g. 'train.py --config big' (one job must match; "
-                                "never used to stop anything)")
-    logs: list[str] | None = Field(None, min_length=1, max_length=16, description="Log files of a run started by "
-                                   "hand (absolute, ~ or relative to the home directory); alone they find the process "
-                                   "writing them, or say it has ended")
+    pid: PidField = None
+    pattern: PatternField = None
+    logs: LogsField = None
+
+    @model_validator(mode="after")
+    def _one_target(self) -> RunTarget:
+        given = [name for name in ("run_id", "pid", "pattern") if getattr(self, name) is not None]
+        if len(given) > 1 or (self.run_id is not None and self.logs) or not (given or self.logs):
+            raise ValueError("give run_id (a run started by run_start or run_adopt), or pid, pattern or logs (a run "
+                             "started by hand)")
+        return self
+
+
+class RunStatusInput(RunTarget):
     stall_after_s: float = Field(900.0, ge=1, le=7 * 86400, description="For pid/pattern/logs: no change in its "
                                  "log files for this long counts as stalled")
-    checkpoint_dir: str | None = Field(None, min_length=1, max_length=4096, description="Check this checkpoint "
-                                       "folder (default: the one given at run_start/run_adopt)")
-    save_every_steps: int | None = Field(None, ge=1, le=10**9, description="Save interval in steps (default: "
-                                         "the run's, or read from its checkpoints' step numbers)")
-    keep_last: int | None = Field(None, ge=1, le=10**6, description="Checkpoints the run keeps (default: all)")
+    checkpoint_dir: CheckpointDirField = None
+    save_every_steps: SaveEveryField = None
+    keep_last: KeepLastField = None
     horizon_hours: float = Field(8.0, gt=0, le=24 * 14, description="How far ahead the checkpoint outlook looks "
                                  "(e.g. until morning); the run's ETA if sooner")
     load_test: bool = Field(False, description="Also torch.load the newest checkpoint under the run's own python "
@@ -277,14 +300,6 @@ class RunStatusInput(StrictModel):
                                  "vastai, lambda, ...). Used when the box cannot be reached, to say what is likely "
                                  "(a spot preemption, a stopped pod), and for its durable volume path; detected "
                                  "otherwise.")
-
-    @model_validator(mode="after")
-    def _one_target(self) -> RunStatusInput:
-        given = [name for name in ("run_id", "pid", "pattern") if getattr(self, name) is not None]
-        if len(given) > 1 or (self.run_id is not None and self.logs) or not (given or self.logs):
-            raise ValueError("give run_id (a run started by run_start or run_adopt), or pid, pattern or logs (a run "
-                             "started by hand)")
-        return self
 
 
 class DiagnosisRow(StrictModel):
@@ -578,30 +593,15 @@ def _likely_cause(provider: str | None, host: str) -> str:
 # ================================================================== run_logs
 
 
-class RunLogsInput(StrictModel):
-    run_id: str | None = Field(None, pattern=RUN_ID_PATTERN, max_length=96, description="The run_id that "
-                               "run_start or run_adopt returned. " + HAND_TARGET + " instead.")
-    pid: int | None = Field(None, ge=1, le=4194304, description="A process started by hand: the log it writes")
-    pattern: str | None = Field(None, min_length=2, max_length=200, description="A regular expression matched "
-                                "against command lines (one job must match)")
-    logs: list[str] | None = Field(None, min_length=1, max_length=16, description="Log files of a run started by "
-                                   "hand; the first is read unless path says otherwise")
+class RunLogsInput(RunTarget):
     path: str | None = Field(None, min_length=1, max_length=4096, description="Which of the run's files to read "
-                             "(default: its own log, or the file it follows when that is empty)")
+                             "(default: its own log, or the file it follows when that is empty; the first of logs)")
     lines: int = Field(50, ge=1, le=10000, description="How many of the last lines (when offset is not given)")
     offset: int | None = Field(None, ge=0, description="Read forward from this byte offset instead (the "
                                "next_offset of a previous call), to follow a log without repeats")
     grep: str | None = Field(None, min_length=1, max_length=200, description="Only lines matching this Python "
                              "regular expression (searched in at most the last 4 MiB, or max_bytes from offset)")
     max_bytes: int = Field(16384, ge=256, le=1 << 20, description="Most bytes of log text returned")
-
-    @model_validator(mode="after")
-    def _one_target(self) -> RunLogsInput:
-        given = [name for name in ("run_id", "pid", "pattern") if getattr(self, name) is not None]
-        if len(given) > 1 or (self.run_id is not None and self.logs) or not (given or self.logs):
-            raise ValueError("give run_id (a run started by run_start or run_adopt), or pid, pattern or logs (a run "
-                             "started by hand)")
-        return self
 
 
 class RunLogs(StrictModel):
@@ -715,26 +715,19 @@ def render_logs(logs: RunLogs) -> str:
 
 
 class RunAdoptInput(StrictModel):
-    pid: int | None = Field(None, ge=1, le=4194304, description="The process to watch (the torchrun or python of a "
-                            "job started by hand); give pid or pattern")
-    pattern: str | None = Field(None, min_length=2, max_length=200, description="A regular expression matched "
-                                "against command lines; exactly one job must match (the result shows its pid)")
-    logs: list[str] | None = Field(None, min_length=1, max_length=16, description="Its log files (absolute, ~ or "
-                                   "relative to the home directory); the files it holds open for writing are "
-                                   "followed too")
-    watch: list[str] | None = Field(None, min_length=1, max_length=32, description="Files or globs relative to the "
-                                    "process's working directory where it writes progress")
+    pid: PidField = None
+    pattern: PatternField = None
+    logs: LogsField = None
+    watch: WatchField = None
     name: str | None = Field(None, min_length=1, max_length=40, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
                              description="A short label, part of the run_id")
     notify: NotifyCommand | None = Field(None, min_length=1, max_length=64, description=NOTIFY_HELP + ". Run when "
                                          "it stalls and when it ends (exit status unknown: not our child)")
     stall_after_s: float = Field(900.0, ge=1, le=7 * 86400, description="No change in its log files for this long, "
                                  "with stacks that do not move, counts as stalled")
-    checkpoint_dir: str | None = Field(None, min_length=1, max_length=4096, description="Its checkpoint folder "
-                                       "(relative to its working directory): run_status and box_idle check the "
-                                       "night's saves fit")
-    save_every_steps: int | None = Field(None, ge=1, le=10**9, description="Its save interval in steps")
-    keep_last: int | None = Field(None, ge=1, le=10**6, description="How many checkpoints it keeps")
+    checkpoint_dir: CheckpointDirField = None
+    save_every_steps: SaveEveryField = None
+    keep_last: KeepLastField = None
 
     @model_validator(mode="after")
     def _one_target(self) -> RunAdoptInput:
