@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import glob
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,8 @@ NOT_LOGS = (".pt", ".pth", ".bin", ".safetensors", ".ckpt", ".pkl", ".pickle", "
             ".tar", ".zip", ".gz", ".arrow", ".parquet", ".lock", ".db", ".sqlite", ".distcp", ".json.tmp")
 """Written by a run and counted as progress, but never followed for progress lines."""
 MAX_FILES = 256
+SCAN_EVERY_S = 2.0
+"""How often the open files of every process of the run are looked through (their sizes are read every poll)."""
 
 
 def is_log(path: str) -> bool:
@@ -59,8 +62,13 @@ class ProgressFiles:
         for path in meta.get("logs") or []:
             self.sources[str(path)] = "given"
         self.changed_at: dict[str, float] = {}
+        self.next_scan = 0.0
 
     def _discover(self, members: list[int]) -> bool:
+        now = time.monotonic()
+        if now < self.next_scan:
+            return False
+        self.next_scan = now + SCAN_EVERY_S
         before = len(self.sources)
         for pattern in self.globs:
             for match in sorted(glob.glob(str(self.cwd / pattern), recursive=True))[:MAX_FILES]:
