@@ -55,6 +55,8 @@ def test_notify_placeholders_are_filled_per_event_and_the_environment_is_kept(tm
     state, run_id, host, step, message = note["argv"]
     assert (state, run_id, host, step) == ("failed", started.run_id, socket.gethostname(), "7")
     assert started.run_id in message and "nightly" in message and "exit code 3" in message
+    # no catalog signature in this log: the person gets its last line, not a word-overlap guess at an entry
+    assert message.endswith("no catalog signature in the log; it ends: step 7/10 loss 0.5")
     assert note["env"]["RGT_RUN_STATE"] == "failed" and note["env"]["RGT_RUN_ID"] == started.run_id
     assert note["env"]["RGT_MESSAGE"] == message
 

@@ -93,18 +93,22 @@ def _tail(path: Path | None, max_bytes: int) -> str:
 
 
 def first_diagnosis_line(logs: list[Path]) -> str:
-    """``ID — title: short fix`` of diagnose_error's best match on the logs' tails, or its summary."""
+    """``ID — title: short fix`` of diagnose_error's best signature match on the logs' tails; without one, the log's
+    last line. A word-overlap guess is not sent to a person: it reads like a verdict and often is not one."""
     from ..diagnose import diagnose
+    from .progress import logical_lines
 
     text = "\n".join(_tail(log, DIAGNOSIS_TAIL_BYTES // max(1, len(logs))) for log in logs)
     try:
-        out = diagnose(text, max_results=1)
+        out = diagnose(text, max_results=3)
     except Exception as err:  # a diagnosis is a courtesy: never lose the exit record over it
         return f"diagnose_error failed: {type(err).__name__}: {err}"
-    if out.matches:
-        top = out.matches[0]
+    signed = [m for m in out.matches if m.evidence != "lexical"]
+    if signed:
+        top = signed[0]
         return f"{top.id} — {top.title}: {top.short_fix}".splitlines()[0][:500]
-    return out.summary.splitlines()[0][:500] if out.summary else ""
+    last = next((line.strip() for line in reversed(logical_lines(_tail(logs[0], 64 * 1024))) if line.strip()), "")
+    return f"no catalog signature in the log; it ends: {last[:300]}" if last else "the log is empty"
 
 
 def _step(log: Path | None) -> int | None:
@@ -345,14 +349,8 @@ def _finish(run: RunDir, meta: dict[str, Any], record_: dict[str, Any], logs: li
         record_["diagnosis_first_line"] = first_diagnosis_line(logs)
     run.write(EXIT, record_)
     run.file(STALL).unlink(missing_ok=True)
-    diagnosis = record_.get("diagnosis_first_line", "") if record_["state"] != "ended" or _has_match(record_) else ""
-    notify(run, meta, record_["state"], record_["detail"], diagnosis, log=logs[0] if logs else None)
-
-
-def _has_match(record_: dict[str, Any]) -> bool:
-    """A diagnosis line that names an entry (``ID — …``), not a 'nothing matched' summary."""
-    line = record_.get("diagnosis_first_line", "")
-    return " — " in line.split(":", 1)[0]
+    notify(run, meta, record_["state"], record_["detail"], record_.get("diagnosis_first_line", ""),
+           log=logs[0] if logs else None)
 
 
 def _reap(reaped: dict[int, int]) -> None:
@@ -443,6 +441,7 @@ def supervise(run: RunDir) -> int:
         shown = _write_watch(run, files, shown)
         time.sleep(interval)
     _reap(reaped)
+    files.poll(sorted(watch.pids), force=True)  # a log that appeared in the last moments still counts
     exit_code, sig, detail, known = _decide(launcher, continued, reaped)
     oom = watch.oom_evidence()
     state = end_state(exit_code, sig, oom["found"]) if known else "ended"
@@ -482,6 +481,7 @@ def watch_adopted(run: RunDir, meta: dict[str, Any]) -> int:
         shown = _write_watch(run, files, shown)
         time.sleep(interval)
     oom = watch.oom_evidence()
+    files.poll([], force=True)
     follows = files.follows()
     logs = [Path(follows)] if follows else [Path(p) for p in meta.get("logs") or []][:1]
     state = "oom_killed" if oom["kernel_lines"] else "ended"

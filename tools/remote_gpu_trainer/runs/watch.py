@@ -64,26 +64,26 @@ class ProgressFiles:
         self.changed_at: dict[str, float] = {}
         self.next_scan = 0.0
 
-    def _discover(self, members: list[int]) -> bool:
-        now = time.monotonic()
-        if now < self.next_scan:
-            return False
-        self.next_scan = now + SCAN_EVERY_S
+    def _discover(self, members: list[int], force: bool = False) -> bool:
         before = len(self.sources)
-        for pattern in self.globs:
+        for pattern in self.globs:  # cheap: every poll, so a log that appears late is found at once
             for match in sorted(glob.glob(str(self.cwd / pattern), recursive=True))[:MAX_FILES]:
                 if os.path.isfile(match):
                     self.sources.setdefault(os.path.abspath(match), f"watch {pattern!r}")
-        inside = str(self.run.path) + os.sep
-        for pid in members:
-            for path in files_open_for_writing(pid):
-                if not path.startswith(inside) and len(self.sources) < MAX_FILES:
-                    self.sources.setdefault(path, f"written by pid {pid}")
+        now = time.monotonic()
+        if force or now >= self.next_scan:
+            self.next_scan = now + SCAN_EVERY_S
+            inside = str(self.run.path) + os.sep
+            for pid in members:
+                for path in files_open_for_writing(pid):
+                    if not path.startswith(inside) and len(self.sources) < MAX_FILES:
+                        self.sources.setdefault(path, f"written by pid {pid}")
         return len(self.sources) != before
 
-    def poll(self, members: list[int]) -> bool:
-        """Look for new files and read every file's modification time; True when the set of files changed."""
-        new_files = self._discover(members)
+    def poll(self, members: list[int], force: bool = False) -> bool:
+        """Look for new files and read every file's modification time; True when the set of files changed.
+        ``force`` looks through the processes' open files now, whenever they were last looked through."""
+        new_files = self._discover(members, force)
         for path in self.sources:
             state = _stat(path)
             if state is not None:
