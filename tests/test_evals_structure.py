@@ -146,7 +146,7 @@ def test_known_tools_match_the_contract():
     registry = pytest.importorskip("remote_gpu_trainer.registry")
     registered = {spec.name for spec in registry.all_specs() if not spec.internal}
     assert registered <= set(KNOWN_TOOLS), registered - set(KNOWN_TOOLS)
-    assert len(KNOWN_TOOLS) == len(set(KNOWN_TOOLS)) == 25
+    assert len(KNOWN_TOOLS) == len(set(KNOWN_TOOLS)) == 26
 
 
 def test_shipped_cases_meet_the_issue_bar():

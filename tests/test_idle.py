@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,7 @@ from remote_gpu_trainer.idle.tool import SPECS, elicit_guard
 from remote_gpu_trainer.providers import load_profiles
 
 BOX_IDLE, IDLE_GUARD = SPECS[0], SPECS[1]
+RECORDER = str(Path(__file__).parent / "fixtures" / "runs" / "notify_record.py")
 
 
 @pytest.fixture
@@ -100,9 +103,12 @@ def test_a_running_run_makes_the_box_busy_and_a_silent_one_stalled(box):
     assert BOX_IDLE.call({"window_s": 0}).verdict == "idle"  # process gone, no exit.json: ended
 
 
-def test_no_driver_is_unknown_not_idle(box, monkeypatch):
+def test_without_nvml_box_idle_decides_from_our_runs_and_says_so(box, monkeypatch):
     monkeypatch.setenv("RGT_HEALTH_FAKE", "no-driver")
-    assert BOX_IDLE.call({"window_s": 0}).verdict == "unknown"
+    _run(box, "r1", None, ended=True)
+    result = BOX_IDLE.call({"window_s": 0})
+    assert result.verdict == "idle", result.evidence
+    assert any("GPU load unreadable" in e and "runs" in e for e in result.evidence), result.evidence
 
 
 # --- provider detection ---------------------------------------------------------------------------
@@ -296,9 +302,14 @@ def test_guard_refuses_to_stop_with_unsynced_outputs(box):
     (outputs / "final.pt").write_bytes(b"weights")
     _run(box, "r1", None, ended=True, outputs=[str(outputs)])
     _sync_everything(box / "runs")
-    _arm(action="stop", idle_minutes=0.01, interval_s=0.2)
+    notes = box / "notes.jsonl"
+    _arm(action="stop", idle_minutes=0.01, interval_s=0.2, notify=[sys.executable, RECORDER, str(notes), "{state}",
+                                                                   "{message}"])
     assert _wait(lambda: (guard.notice(box / "guard") or {}).get("kind") == "refused", 15)
     assert _calls(box) == [] and "final.pt" in guard.notice(box / "guard")["message"]
+    assert _wait(lambda: any(n["argv"][0] == "stop_refused" for n in _notes(notes, 1)), 15)
+    told = next(n for n in _notes(notes, 1) if n["argv"][0] == "stop_refused")  # the person hears why not
+    assert "final.pt" in told["argv"][1]
     assert BOX_IDLE.call({"window_s": 0}).guard.notice.startswith("stop refused")
     _sync_everything(outputs)  # pulled and verified: now it may stop
     assert _wait(lambda: _calls(box), 15)
@@ -341,3 +352,63 @@ def test_stop_asks_the_person_and_notify_does_not():
     assert elicit_guard(IdleGuardInput(action="stop")) is None
     assert elicit_guard(IdleGuardInput(action="notify", dry_run=False)) is None
     assert IDLE_GUARD.elicit is elicit_guard
+
+
+# --- reaching the person, no NVML, stalled runs at full GPU load ---------------------------------------
+
+
+def _notes(path: Path, count: int, timeout_s: float = 20.0) -> list[dict]:
+    _wait(lambda: path.exists() and len(path.read_text().splitlines()) >= count, timeout_s)
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_guard_warns_the_person_before_the_stop_and_tells_them_after(box):
+    notes = box / "notes.jsonl"
+    _run(box, "r1", None, ended=True)
+    _sync_everything(box / "runs")
+    armed_at = time.time()
+    _arm(action="stop", idle_minutes=0.05, warn_minutes=0.025, interval_s=0.2,
+         notify=[sys.executable, RECORDER, str(notes), "{state}", "{host}", "{message}"])
+    assert _wait(lambda: _calls(box), 20), guard.events(box / "guard")
+    stop_at = (box / "runpodctl.calls").stat().st_mtime
+    records = _notes(notes, 3)
+    assert [r["argv"][0] for r in records] == ["idle_warning", "stopping", "stopped"], records
+    warning, _stopping, stopped = records
+    assert warning["at"] < stop_at and warning["at"] - armed_at >= 1.4
+    assert "runpodctl stop pod pod-abc123" in warning["argv"][2] and "unless" in warning["argv"][2]
+    assert stopped["at"] >= stop_at and "exit 0" in stopped["argv"][2]
+
+
+def test_guard_without_nvml_decides_from_runs_and_its_dry_run_says_so(box, monkeypatch):
+    monkeypatch.setenv("RGT_HEALTH_FAKE", "no-driver")
+    notes = box / "notes.jsonl"
+    _run(box, "r1", None, ended=True)
+    plan = dict(action="notify", idle_minutes=0.01, interval_s=0.2,
+                notify=[sys.executable, RECORDER, str(notes), "{state}", "{message}"])
+    dry = IDLE_GUARD.call(plan)
+    assert "GPU load cannot be read" in dry.plan and "run states" in dry.plan, dry.plan
+    _arm(**plan)
+    assert _wait(lambda: guard.notice(box / "guard") is not None, 15), guard.status(box / "guard")
+    [record] = _notes(notes, 1)
+    assert record["argv"][0] == "idle" and "idle" in record["argv"][1]
+
+
+def test_on_stalled_a_stalled_run_is_idle_whatever_its_gpu_utilisation():
+    """A rank hung in an NCCL collective spins its GPU at 100 %: the guard's on_stalled must still see it idle."""
+    from remote_gpu_trainer.idle.guard import GuardConfig, blockers
+    from remote_gpu_trainer.idle.ledger import RunView
+    from remote_gpu_trainer.idle.sampling import GpuWindow, Window
+    from remote_gpu_trainer.idle.verdict import decide
+
+    hung = RunView(run_id="hung", state="stalled", run_dir=Path("/nonexistent"), pgid=4242, pids=frozenset({4242}),
+                   ended_at=None, last_output_at=time.time() - 3600, output_dirs=())
+    spinning = Window(True, "ok", "fake", time.time(), 2.0, 3,
+                      [GpuWindow(0, utilization=[100, 100, 99], processes={4242: 1 << 30})])
+    config = GuardConfig(action="stop", idle_s=60, util_threshold=5, on_stalled=True, allow_unsynced=False,
+                         interval_s=1, stall_s=1800, paths=[])
+    assert blockers(config, [hung], spinning) == []
+    assert decide(spinning, [hung], 5).verdict == "stalled"
+    assert blockers(replace(config, on_stalled=False), [hung], spinning)
+    foreign = Window(True, "ok", "fake", time.time(), 2.0, 3,
+                     [GpuWindow(0, utilization=[100], processes={4242: 1 << 30, 999_999: 1 << 30})])
+    assert any("GPU 0" in reason for reason in blockers(config, [hung], foreign))

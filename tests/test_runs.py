@@ -118,7 +118,7 @@ def test_silent_run_is_stalled_then_killed_from_outside_reports_the_signal(tmp_p
     started = call("run_start", argv=[sys.executable, str(FIXTURES / "quiet_sleeper.py")], cwd=str(tmp_path),
                    stall_after_s=1.5, notify=[sys.executable, str(FIXTURES / "notify_to_file.py"), str(notes)])
     status = wait_status(started.run_id, lambda s: s.state == "stalled", timeout_s=20)
-    assert "no log output" in status.detail
+    assert "no progress in" in status.detail and status.detail.split(" for ")[0].endswith("/log")
     assert [n["RGT_RUN_STATE"] for n in wait_lines(notes, 1)] == ["stalled"]
 
     os.kill(started.pid, signal.SIGKILL)

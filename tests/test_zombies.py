@@ -6,6 +6,7 @@ at them (``device_prefix``); everything else (psutil, /proc, the safe-kill step)
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -321,3 +322,72 @@ def test_young_orphans_are_left_alone(devices, cleanup):
     orphan, _ = spawn_orphan(devices, cleanup)
     result = reap(ReapInput(min_age_s=3600), backend_listing(orphan), processes=LocalProcesses(str(devices / "nvidia")))
     assert result.kill is None and not any(h.candidate for h in result.holders)
+
+
+# --- orphans that hold host RAM: DataLoader workers of a killed rank, without NVML -----------------------
+
+RANK = """import sys, time
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Stuck(Dataset):
+    def __len__(self):
+        return 100
+
+    def __getitem__(self, index):
+        ballast = bytearray(24 << 20)
+        for offset in range(0, len(ballast), 4096):
+            ballast[offset] = 1
+        time.sleep(600)  # stuck in the dataset (a dead NFS, a hung decode): the worker outlives its rank
+        return index
+
+
+loader = iter(DataLoader(Stuck(), num_workers=2, multiprocessing_context="fork"))
+print(" ".join(str(w.pid) for w in loader._workers), flush=True)
+next(loader)
+"""
+
+
+def _rank() -> tuple[subprocess.Popen, list[int]]:
+    proc = subprocess.Popen([sys.executable, "-c", RANK], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    workers = [int(pid) for pid in proc.stdout.readline().split()]
+    assert len(workers) == 2, "the rank did not start its workers"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not all(psutil.Process(w).memory_info().rss > 20 << 20 for w in workers):
+        time.sleep(0.2)
+    return proc, workers
+
+
+@pytest.mark.slow
+def test_ram_orphans_of_a_killed_rank_are_reaped_without_nvml_and_live_jobs_are_not():
+    pytest.importorskip("torch")
+    no_nvml = SCENARIOS["no-driver"]().backend
+    detached = subprocess.Popen(["sh", "-c", f"{sys.executable} -c 'import time; time.sleep(120)' & echo $!"],
+                                stdout=subprocess.PIPE, text=True, start_new_session=True)
+    nohup_job = int(detached.stdout.readline())  # a job the user detached on purpose: re-parented, not a worker
+    detached.wait()
+    dead, orphans = _rank()
+    live, live_workers = _rank()
+    try:
+        dead.kill()
+        dead.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(psutil.Process(w).ppid() == dead.pid for w in orphans):
+            time.sleep(0.1)
+        report = reap(ReapInput(min_age_s=0), no_nvml)
+        rows = {row.pid: row for row in report.ram_orphans}
+        assert {pid for pid, row in rows.items() if row.candidate} == set(orphans), report.summary
+        assert all(rows[w].rss_bytes > 20 << 20 and rows[w].kind == "DataLoader worker" for w in orphans)
+        assert not any(rows.get(pid) and rows[pid].candidate for pid in [live.pid, *live_workers, nohup_job])
+        assert "without NVML" not in report.next_step and report.confirm_token
+        done = reap(ReapInput(min_age_s=0, dry_run=False, confirm_token=report.confirm_token), no_nvml)
+        assert done.kill.executed and {t.pid for t in done.kill.targets if t.action == "signalled"} == set(orphans)
+        assert not [w for w in orphans if psutil.pid_exists(w) and psutil.Process(w).status() != "zombie"]
+        assert all(psutil.Process(p).is_running() for p in [live.pid, *live_workers, nohup_job])
+    finally:
+        for pid in [*orphans, *live_workers, nohup_job]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        live.kill()
+        live.wait()

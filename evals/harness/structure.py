@@ -36,7 +36,7 @@ KNOWN_TOOLS = (
     "skill_info", "gpu_health", "reap_vram_zombies", "kill_port_holders", "port_status", "fsdp_memory_estimate",
     "repro_scaler_bug", "amp_config_check", "diagnose_error", "provider_info", "render_launch", "render_template",
     "box_install", "box_status", "box_remove", "preflight", "run_start", "run_status", "run_logs", "run_stop",
-    "run_list", "box_idle", "run_pull", "idle_guard", "run_stacks",
+    "run_list", "box_idle", "run_pull", "idle_guard", "run_stacks", "run_adopt",
 )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import textwrap
 import types
@@ -100,13 +101,17 @@ def _default_text(field: FieldInfo, annotation: Any, flag: str) -> str:
     return f" (default: {default:g})" if isinstance(default, float) else f" (default: {default})"
 
 
-def _add_field(parser: argparse.ArgumentParser, name: str, field: FieldInfo, positional: bool) -> None:
-    """``--name`` for every input field; the spec's positional field is also accepted bare (``rgt ports 29500``)."""
+def _add_field(parser: argparse.ArgumentParser, name: str, field: FieldInfo, positional: bool,
+               command: bool = False) -> None:
+    """``--name`` for every input field; the spec's positional field is also accepted bare (``rgt ports 29500``).
+    ``command``: a command field (``--notify``) whose words :func:`_join_command_words` joined into one."""
     annotation = _unwrap_optional(field.annotation)
     flag = name.replace("_", "-")
     help_text = ((field.description or "") + _default_text(field, annotation, flag)).replace("%", "%%")
     kwargs: dict[str, Any] = {"help": help_text, "default": argparse.SUPPRESS}
-    if annotation is bool:
+    if command:  # the words were joined into one by _join_command_words; the model splits them again
+        kwargs.update(type=lambda text: [text], metavar="CMD")
+    elif annotation is bool:
         kwargs["action"] = argparse.BooleanOptionalAction
     elif typing.get_origin(annotation) is list and all(_is_scalar(a) for a in typing.get_args(annotation)):
         kwargs["nargs"] = "+"
@@ -134,7 +139,7 @@ def _subparsers_for(subparsers: Any, groups: dict[str, Any], words: list[str]) -
         key = " ".join(words[: depth + 1])
         if key not in groups:
             group = subparsers.add_parser(words[depth], help=GROUP_HELP.get(key, f"{key} commands"))
-            groups[key] = group.add_subparsers(dest=f"command_{depth + 1}", required=True, metavar="COMMAND")
+            groups[key] = group.add_subparsers(dest=f"_cmd_{depth + 1}", required=True, metavar="COMMAND")
         subparsers = groups[key]
     return subparsers
 
@@ -151,15 +156,55 @@ def _add_spec(subparsers: Any, spec: ToolSpec, groups: dict[str, Any]) -> None:
         if name == spec.cli_file_field:
             parser.add_argument("file", nargs="?", default="-", help=f"file to read into {name}, or - for stdin "
                                 f"(default); or give it as --{name.replace('_', '-')}")
-        _add_field(parser, name, field, positional=name == spec.cli_positional)
+        _add_field(parser, name, field, positional=name == spec.cli_positional, command=name in spec.cli_command_flags)
     if spec.remote:
         parser.add_argument("--host", default=os.environ.get("RGT_HOST") or None,
                             help="run on this box over ssh (an ssh alias or user@name[:port]); "
                             "default $RGT_HOST, else this machine")
     if spec.cli_write_files is not None:  # multi-file results (DeepSpeed: 3 files)
-        parser.add_argument("--out", metavar="DIR", dest="command_out", help="also write the rendered files into DIR")
+        parser.add_argument("--out", metavar="DIR", dest="_out", help="also write the rendered files into DIR")
     parser.add_argument("--json", action="store_true", dest="as_json", help="print the result as JSON")
     parser.set_defaults(spec=spec)
+    _OPTIONS[spec.cli] = frozenset(parser._option_string_actions)
+
+
+_OPTIONS: dict[str, frozenset[str]] = {}
+"""Each command's own option strings, filled by build_parser: where a command flag's words end."""
+
+
+def _join_command_words(argv: list[str], specs: list[ToolSpec]) -> list[str]:
+    """``--notify bash -c 'x' --cwd d`` → ``--notify=<the words as one shell line>`` ``--cwd d``.
+
+    argparse would take ``-c`` for an option of its own and stop; a command's words run up to the next option of
+    *this* command or ``--``. One word is passed as it is (``--notify "notify-me {message}"``): the model splits it
+    like a shell line, never with a shell."""
+    spec = next((s for s in specs if s.cli_command_flags and argv[:len(s.cli.split())] == s.cli.split()), None)
+    if spec is None:
+        return argv
+    known = _OPTIONS.get(spec.cli, frozenset())
+    flags = {f"--{name.replace('_', '-')}" for name in spec.cli_command_flags} | {f"--{n}" for n in
+                                                                                   spec.cli_command_flags}
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            out += argv[i:]
+            break
+        if word in flags:
+            j = i + 1
+            while j < len(argv) and argv[j] != "--" and argv[j] not in known and argv[j].split("=", 1)[0] not in known:
+                j += 1
+            words = argv[i + 1:j]
+            if words:
+                out.append(f"{word}={words[0] if len(words) == 1 else shlex.join(words)}")
+            else:
+                out.append(word)
+            i = j
+            continue
+        out.append(word)
+        i += 1
+    return out
 
 
 def _read_text(path: str) -> str:
@@ -181,7 +226,7 @@ def arguments_of(spec: ToolSpec, namespace: argparse.Namespace) -> dict[str, Any
     ``--host`` when given, and the spec's fixed values. Raises :class:`InputError` when both forms are given."""
     values = vars(namespace)
     arguments = {k: v for k, v in values.items()
-                 if k not in ("spec", "as_json", "file") and not k.startswith(("command", POSITIONAL))}
+                 if k not in ("spec", "as_json", "file") and not k.startswith(("_", POSITIONAL))}
     for key, value in values.items():
         if not key.startswith(POSITIONAL) or value in (None, []):  # not given bare: the flag or the default applies
             continue
@@ -214,8 +259,8 @@ def _run_spec(spec: ToolSpec, namespace: argparse.Namespace) -> int:
     except RemoteError as err:
         print(f"rgt {spec.cli}: {err}", file=sys.stderr)
         return EXIT_REMOTE_ERROR
-    if getattr(namespace, "command_out", None) and spec.cli_write_files is not None:
-        for path in spec.cli_write_files(result, namespace.command_out):
+    if getattr(namespace, "_out", None) and spec.cli_write_files is not None:
+        for path in spec.cli_write_files(result, namespace._out):
             print(f"wrote {path}", file=sys.stderr)
     if namespace.as_json:
         print(result.model_dump_json(indent=2))
@@ -227,7 +272,7 @@ def _run_spec(spec: ToolSpec, namespace: argparse.Namespace) -> int:
 def build_parser(specs: list[ToolSpec] | None = None) -> argparse.ArgumentParser:
     """Every command, or only ``specs`` (the fast path for one known command: see registry.CLI_HOMES)."""
     parser = argparse.ArgumentParser(prog="rgt", description="remote-gpu-trainer: checks for GPU training boxes")
-    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    subparsers = parser.add_subparsers(dest="_cmd", required=True, metavar="COMMAND")
     groups: dict[str, Any] = {}
     for spec in specs if specs is not None else all_specs():
         if not spec.internal:
@@ -291,7 +336,9 @@ def main(argv: list[str] | None = None) -> int:
         from .nvml_session import session
 
         session().start()
-    namespace = build_parser(cli_specs(word)).parse_args(argv)
+    specs = cli_specs(word)
+    parser = build_parser(specs)  # fills _OPTIONS, which _join_command_words reads
+    namespace = parser.parse_args(_join_command_words(argv, specs if specs is not None else all_specs()))
     try:
         if hasattr(namespace, "spec"):
             return _run_spec(namespace.spec, namespace)

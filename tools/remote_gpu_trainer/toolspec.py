@@ -70,6 +70,9 @@ class ToolSpec:
     cli_fixed: tuple[tuple[str, Any], ...] = ()
     """(field, value) pairs the CLI always passes and offers no flag for, e.g. ``wait_s=None`` for a tool whose
     background-job mode only makes sense for a long-lived MCP server (a CLI process simply waits)."""
+    cli_command_flags: tuple[str, ...] = ()
+    """List fields that hold a command (``notify``): on the CLI each takes every word up to the next option of this
+    command or ``--`` (so ``--notify bash -c '…'`` works), and one word is split like a shell line."""
     cli_file_field: str | None = None
     """Text field the CLI reads from a FILE argument or stdin (``-``), e.g. a log for diagnose."""
     cli_write_files: Callable[[Any, str], list[Any]] | None = None

@@ -40,6 +40,7 @@ from typing import Protocol
 
 from ..hostinfo import in_container
 from ..processes.snapshot import DISK_SLEEP, ZOMBIE, ProcessTable, ProcInfo, snapshot
+from ..processes.workers import is_run_supervisor, worker_kind
 from .backend import GpuProcesses, Unread
 
 DEVICE_PREFIX = "/dev/nvidia"
@@ -248,8 +249,10 @@ def parent_gone(info: ProcInfo, source: ProcessSource) -> tuple[bool, str]:
         return False, "no parent (kernel process)"
     parent = source.info(info.ppid)
     parent_name = parent.name if parent else "?"
-    if info.ppid != 1 and parent_name not in ADOPTERS:
+    if info.ppid != 1 and parent_name not in ADOPTERS and not is_run_supervisor(parent):
         return False, f"its parent pid {info.ppid} ({parent_name}) is alive"
+    if is_run_supervisor(parent):
+        parent_name = "a run supervisor, the subreaper of its run"
     unit = source.systemd_unit(info.pid)
     if unit:
         return False, f"started by systemd unit {unit}"
@@ -446,3 +449,61 @@ def summarize(holders: Iterable[Holder]) -> dict[HolderClass, int]:
     for holder in holders:
         counts[holder.cls] = counts.get(holder.cls, 0) + 1
     return counts
+
+
+# ------------------------------------------------------------------ orphans that hold host RAM
+
+
+@dataclass(frozen=True)
+class RamOrphan:
+    """A helper of a training job (DataLoader worker, multiprocessing child, torchrun rank) re-parented after the
+    process it served died, and the host memory it keeps."""
+
+    info: ProcInfo
+    kind: str
+    rss_bytes: int | None
+    candidate: bool
+    reason: str
+    age_s: float | None
+
+
+def _rss(pid: int) -> int | None:
+    import psutil
+
+    try:
+        return psutil.Process(pid).memory_info().rss
+    except psutil.Error:
+        return None
+
+
+def ram_orphans(source: ProcessSource, min_age_s: float, table: ProcessTable | None = None) -> list[RamOrphan]:
+    """Helpers of a dead job that hold RAM, found without NVML: a process of a helper kind
+    (``processes/workers.py``) whose parent is PID 1, a known subreaper or a run supervisor, with the same
+    evidence as a GPU orphan (``parent_gone``). A live job's helpers have a live parent and are never listed; a
+    main training process detached on purpose (nohup) is no helper kind and is never listed either.
+    A candidate is also the caller's own and at least ``min_age_s`` old."""
+    table = table or ProcessTable.read()
+    me = os.getpid()
+    now = source.now()
+    adopters = {1}
+    for ppid in set(table.parent.values()):
+        parent = source.info(ppid) if ppid > 1 else None
+        if parent is not None and (parent.name in ADOPTERS or is_run_supervisor(parent)):
+            adopters.add(ppid)
+    found = []
+    for pid, ppid in sorted(table.parent.items()):
+        if ppid not in adopters or pid == me or not table.alive(pid):
+            continue
+        info = source.info(pid)
+        kind = worker_kind(info) if info is not None else None
+        if info is None or kind is None:
+            continue
+        gone, why = parent_gone(info, source)
+        age = _age(info, now)
+        candidate = gone
+        if gone and info.uid != source.uid():
+            candidate, why = False, f"{why}; owned by another user: not offered for killing"
+        elif gone and (age is None or age < min_age_s):
+            candidate, why = False, f"{why}; younger than min_age_s={min_age_s:g} s"
+        found.append(RamOrphan(info, kind, _rss(pid), candidate, why, age))
+    return found

@@ -159,6 +159,12 @@ def render_zombies(report: ZombieReport) -> str:
              for h in report.holders], wrap=["command"]))
         parts.append("\n".join(f"GPU {h.gpu} pid {h.pid} ({h.kind}): {h.reason}\n    remedy: {h.remedy}"
                                for h in report.holders if h.kind != "active" or h.candidate))
+    if report.ram_orphans:
+        parts.append(format_table(["pid", "ppid", "kind", "ram", "user", "age", "candidate", "command"],
+                                  [[r.pid, r.ppid, r.kind, gib(r.rss_bytes, 2), r.user,
+                                    f"{r.age_s / 60:.0f} min" if r.age_s else "-", "yes" if r.candidate else "-",
+                                    r.command[:50]] for r in report.ram_orphans]))
+        parts.append("\n".join(f"pid {r.pid} ({r.kind}): {r.reason}" for r in report.ram_orphans))
     if report.kill and report.kill.targets:
         parts.append(target_table(report.kill.targets))
     if report.memory:
@@ -209,9 +215,13 @@ SPECS = [
         name="reap_vram_zombies",
         remote=True,
         cli="zombies",
-        title="Find and reap stale VRAM holders",
+        title="Find and reap stale VRAM holders and RAM orphans of a dead job",
         description=(
-            "GPU memory still used after a run ended? Classifies every process NVML reports on each GPU: "
+            "GPU memory, or host memory, still used after a run ended or was killed? RAM: helpers of a dead job "
+            "(DataLoader workers named pt_data_worker, multiprocessing children, torchrun ranks) re-parented to "
+            "PID 1 or a subreaper after their parent died, with their RSS, found from /proc (works without NVML); "
+            "a live job's workers (live parent) and a job detached on purpose (not a helper) are never offered. "
+            "GPU: classifies every process NVML reports on each GPU: "
             "active, orphan (launcher gone), zombie, uninterruptible (D state), namespaced (NVML gives host "
             "pids in a container; the local holders of /dev/nvidiaN are listed instead), phantom (nobody "
             "holds it: GPU reset or restart), invalid_pid. Only same-user orphans proven to hold the GPU's "
@@ -222,7 +232,7 @@ SPECS = [
             "signal=KILL, children first, never protected/ancestor/other-user processes, then reports VRAM "
             "before and after. Show the dry-run targets to the user before confirming: a detached job they "
             "still want (nohup/setsid) can also be an orphan. Exit status: 0 done or dry run · 1 a target "
-            "survived or the token no longer matched · 2 bad input · 4 no NVIDIA GPU."
+            "survived or the token no longer matched · 2 bad input · 4 no NVIDIA GPU and no RAM orphan."
         ),
         input_model=ReapInput,
         output_model=ZombieReport,

@@ -1,10 +1,14 @@
-"""reap_vram_zombies: classify every VRAM holder, and free what is provably a stale orphan of ours.
+"""reap_vram_zombies: classify every VRAM holder and every RAM orphan, and free what is provably a stale orphan of
+ours.
 
-Classification is ``holders.classify``; killing is ``processes.safekill.safe_kill``, the same
-two-phase machinery as kill_port_holders (dry run → confirm token bound to pid, start time, uid and
-command line → SIGTERM, grace, optional SIGKILL, children first, protected and ancestor processes
-refused). This module only chooses the candidates (same-user orphans proven to hold the GPU, and
-their device-holding descendants), passes them on, and reports VRAM before and after.
+Classification is ``holders.classify`` (GPU holders, through NVML) and ``holders.ram_orphans`` (helpers of a dead
+job that hold host memory, from /proc alone: DataLoader workers, multiprocessing children, torchrun ranks whose
+parent died; "memory gone after I killed my run"); killing is ``processes.safekill.safe_kill``, the same
+two-phase machinery as kill_port_holders (dry run → confirm token bound to pid, start time, uid, command line and
+the box → SIGTERM, grace, optional SIGKILL, children first, protected and ancestor processes refused). This module
+only chooses the candidates (same-user orphans proven to hold the GPU or left behind by their parent, and their
+device-holding descendants), passes them on, and reports VRAM and RAM before and after. Without NVML the GPU part
+is skipped with its reason and the RAM part still runs.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from ..tables import gib
 from ..toolspec import Progress, cli_host_args, no_progress
 from .backend import GpuProcesses, Memory, NvmlBackend
 from .checks import E_HANG, E_NAMESPACED, E_ORPHANS, E_PKILL
-from .holders import Holder, HolderClass, LocalProcesses, ProcessSource, classify
+from .holders import Holder, HolderClass, LocalProcesses, ProcessSource, RamOrphan, classify, ram_orphans
 from .probe import EXIT_FAIL, EXIT_NO_GPU, EXIT_OK, select_indices
 
 
@@ -42,6 +46,18 @@ class HolderRow(StrictModel):
     reason: str
     remedy: str
     local_holders: list[int] = Field(default_factory=list, description="For namespaced: local pids holding the GPU")
+
+
+class RamOrphanRow(StrictModel):
+    pid: int
+    ppid: int
+    kind: str = Field(description="DataLoader worker, multiprocessing child or torchrun rank")
+    rss_bytes: int | None = Field(description="Resident host memory it holds")
+    command: str
+    user: str | None
+    age_s: float | None
+    candidate: bool = Field(description="Offered to the safe kill (which can still refuse it)")
+    reason: str
 
 
 class GpuMemoryRow(StrictModel):
@@ -65,6 +81,8 @@ class ZombieReport(StrictModel):
     confirm_token: str | None = Field(None, description="Pass back with dry_run=false to signal exactly the "
                                       "would_signal targets")
     memory: list[GpuMemoryRow]
+    ram_orphans: list[RamOrphanRow] = Field(default_factory=list, description="Helpers of a dead job that hold host "
+                                            "RAM (read from /proc, with or without NVML)")
     next_step: str
     notes: list[str] = Field(default_factory=list)
     references: list[EntryRef]
@@ -138,22 +156,41 @@ def _used(gpus: Sequence[GpuProcesses]) -> dict[int, int | None]:
 KillStep = Callable[..., KillReport]
 
 
+def _ram_row(orphan: RamOrphan) -> RamOrphanRow:
+    info = orphan.info
+    return RamOrphanRow(pid=info.pid, ppid=info.ppid, kind=orphan.kind, rss_bytes=orphan.rss_bytes,
+                        command=info.command[:400], user=info.username or (str(info.uid) if info.uid is not None
+                                                                            else None),
+                        age_s=round(orphan.age_s, 1) if orphan.age_s is not None else None,
+                        candidate=orphan.candidate, reason=orphan.reason)
+
+
 def reap(args: ReapInput, backend: NvmlBackend, *, processes: ProcessSource | None = None,
          kill_step: KillStep | None = safe_kill, progress: Progress = no_progress) -> ZombieReport:
     """Dry run (default) or confirmed reap. See the module docstring.
 
-    ``kill_step`` is ``safe_kill``; None skips it (a fake scenario's pids are not this machine's).
+    ``kill_step`` is ``safe_kill``; None skips it (a fake scenario's pids are not this machine's, so neither
+    are RAM orphans read for it).
     """
     source = processes or LocalProcesses()
     refs = [E_ORPHANS, E_PKILL]
     status = backend.open(args.timeout_s)
     base = dict(dry_run=args.dry_run, backend=backend.name, in_container=source.in_container(), references=refs)
+    ram = [_ram_row(o) for o in ram_orphans(source, args.min_age_s)] if kill_step is not None else []
+    ram_candidates = {r.pid: f"{r.kind} left behind by its dead parent, holding {gib(r.rss_bytes, 2)} of RAM"
+                      for r in ram if r.candidate}
     if not status.ok:
         no_gpu = status.reason in NO_GPU_REASONS
-        return ZombieReport(**base, verdict=Verdict.FAIL if not no_gpu else Verdict.SKIP,
-                            exit_code=EXIT_NO_GPU if no_gpu else EXIT_FAIL, gpus_found=0, holders=[], memory=[],
-                            summary=f"NVML unavailable ({status.reason}): {status.detail}",
-                            next_step="Nothing to reap without NVML: run gpu_health for the driver diagnosis.")
+        note = f"NVML unavailable ({status.reason}): {status.detail}"
+        if not ram:
+            return ZombieReport(**base, verdict=Verdict.FAIL if not no_gpu else Verdict.SKIP,
+                                exit_code=EXIT_NO_GPU if no_gpu else EXIT_FAIL, gpus_found=0, holders=[], memory=[],
+                                summary=f"{note}; no helper of a dead job holds RAM",
+                                next_step="No GPU holder can be read without NVML (gpu_health gives the driver "
+                                          "diagnosis) and no RAM orphan was found.")
+        kill = _kill(args, kill_step, ram_candidates, progress)
+        return _judge(args, base, 0, [], kill, [], [f"{note}: VRAM holders were not checked"], ram=ram,
+                      offered=len(ram_candidates))
     count = status.device_count or 0
     indices = select_indices(args.indices, count)
     notes: list[str] = []
@@ -163,15 +200,13 @@ def reap(args: ReapInput, backend: NvmlBackend, *, processes: ProcessSource | No
     progress(1, 3, "classifying holders")
     result = classify(gpus, source, args.min_age_s)
     notes += result.notes
-    candidates = candidates_of(result.holders)
+    candidates = {**ram_candidates, **candidates_of(result.holders)}
     rows = [_row(h) for h in result.holders]
     kill = None
     if kill_step is None:
         notes.append("fake scenario: candidates are neither fingerprinted nor signalled")
-    elif candidates or not args.dry_run:
-        progress(2, 3, "safe kill" if not args.dry_run else "fingerprinting candidates")
-        kill = kill_step(candidates, dry_run=args.dry_run, confirm_token=args.confirm_token, signal=args.signal,
-                         grace_s=args.grace_s, progress=progress)
+    else:
+        kill = _kill(args, kill_step, candidates, progress)
     memory = [GpuMemoryRow(gpu=i, used_bytes_before=before.get(i)) for i in before]
     if kill is not None and kill.executed:
         time.sleep(0.5)  # the driver frees a context shortly after its last holder exits
@@ -183,7 +218,7 @@ def reap(args: ReapInput, backend: NvmlBackend, *, processes: ProcessSource | No
         refs.append(E_NAMESPACED)
     if any(h.cls is HolderClass.UNINTERRUPTIBLE for h in result.holders):
         refs.append(E_HANG)
-    report = _judge(args, base, count, rows, kill, memory, notes, offered=len(candidates))
+    report = _judge(args, base, count, rows, kill, memory, notes, ram=ram, offered=len(candidates))
     if hang:  # the holders listed are real, but the picture is incomplete and a GPU is sick
         report = report.model_copy(update=dict(verdict=Verdict.FAIL, exit_code=EXIT_FAIL,
                                                summary=f"{hang}. {report.summary}",
@@ -191,14 +226,27 @@ def reap(args: ReapInput, backend: NvmlBackend, *, processes: ProcessSource | No
     return report
 
 
+def _kill(args: ReapInput, kill_step: KillStep | None, candidates: dict[int, str],
+          progress: Progress) -> KillReport | None:
+    if kill_step is None or not (candidates or not args.dry_run):
+        return None
+    progress(2, 3, "safe kill" if not args.dry_run else "fingerprinting candidates")
+    return kill_step(candidates, dry_run=args.dry_run, confirm_token=args.confirm_token, signal=args.signal,
+                     grace_s=args.grace_s, progress=progress)
+
+
 def _judge(args: ReapInput, base: dict, count: int, rows: list[HolderRow], kill: KillReport | None,
-           memory: list[GpuMemoryRow], notes: list[str], offered: int) -> ZombieReport:
-    stale = [r for r in rows if r.kind is not HolderClass.ACTIVE]
+           memory: list[GpuMemoryRow], notes: list[str], offered: int,
+           ram: list[RamOrphanRow] | None = None) -> ZombieReport:
+    ram = ram or []
+    stale = [r for r in rows if r.kind is not HolderClass.ACTIVE] + [r for r in ram if r.candidate]
     would = [t for t in kill.targets if t.action == "would_signal"] if kill else []
     common = dict(**base, gpus_found=count, holders=rows, kill=kill, memory=memory, notes=notes,
-                  confirm_token=kill.confirm_token if kill else None)
+                  confirm_token=kill.confirm_token if kill else None, ram_orphans=ram)
     counts = {k: sum(r.kind is k for r in rows) for k in HolderClass}
-    kinds = ", ".join(f"{n} {k.value}" for k, n in counts.items() if n)
+    kinds = ", ".join([f"{n} {k.value}" for k, n in counts.items() if n]
+                      + ([f"{len(ram)} RAM orphan(s) holding {gib(sum(r.rss_bytes or 0 for r in ram), 2)}"]
+                         if ram else []))
     if kill is not None and kill.token_problems:
         return ZombieReport(**common, verdict=Verdict.FAIL, exit_code=EXIT_FAIL,
                             summary="Nothing was signalled: processes changed since the dry run. "
@@ -207,16 +255,20 @@ def _judge(args: ReapInput, base: dict, count: int, rows: list[HolderRow], kill:
     if kill is not None and kill.executed:
         survivors = [t for t in kill.targets if t.outcome in ("survived_term", "unkillable", "permission_denied")]
         freed = sum(max(0, (m.used_bytes_before or 0) - (m.used_bytes_after or 0)) for m in memory)
+        ram_freed = sum(r.rss_bytes or 0 for r in ram if any(t.pid == r.pid and t.action == "signalled"
+                                                              for t in kill.targets))
         summary = (f"Signalled {sum(t.action == 'signalled' for t in kill.targets)} process(es); VRAM freed "
-                   f"{freed / (1 << 30):.1f} GiB" + (f"; {len(survivors)} survived" if survivors else ""))
+                   f"{freed / (1 << 30):.1f} GiB" + (f", RAM freed {gib(ram_freed, 2)}" if ram_freed else "")
+                   + (f"; {len(survivors)} survived" if survivors else ""))
         step = ("Some ignored SIGTERM: run the dry run again and confirm with signal=KILL." if
                 any(t.outcome == "survived_term" for t in survivors) else
                 "Check gpu_health; remaining holders need the remedy in their row.")
         return ZombieReport(**common, verdict=Verdict.FAIL if survivors else Verdict.PASS,
                             exit_code=EXIT_FAIL if survivors else EXIT_OK, summary=summary, next_step=step)
-    if not rows:
+    if not rows and not ram:
         return ZombieReport(**common, verdict=Verdict.PASS, exit_code=EXIT_OK,
-                            summary=f"No process holds VRAM on {len(memory)} GPU(s)", next_step="Nothing to do.")
+                            summary=f"No process holds VRAM on {len(memory)} GPU(s), no helper of a dead job holds RAM",
+                            next_step="Nothing to do.")
     if not stale and not would:
         return ZombieReport(**common, verdict=Verdict.PASS, exit_code=EXIT_OK,
                             summary=f"{len(rows)} holder(s), all active jobs: nothing stale",
@@ -230,5 +282,6 @@ def _judge(args: ReapInput, base: dict, count: int, rows: list[HolderRow], kill:
                 "To proceed: call again with dry_run=false and this confirm_token, or "
                 f"`{_cli_command(args, kill.confirm_token)}`")
     else:
-        step = "Apply the remedy in each row; this tool only signals same-user orphans proven to hold the GPU."
+        step = ("Apply the remedy in each row; this tool only signals same-user orphans proven to hold the GPU or "
+                "left behind (with their RAM) by a parent that died.")
     return ZombieReport(**common, verdict=Verdict.WARN, exit_code=EXIT_OK, summary=summary, next_step=step)

@@ -14,9 +14,17 @@ session, so the SSH session ending does not kill it) and keeps its state in a fo
 
 It acts only when **all** hold at a check, continuously for ``idle_s``: no run of ours running (a
 stalled one counts as ended only with ``on_stalled``), no process of ours on a GPU (except a stalled
-run's when ``on_stalled``), every GPU under the utilisation threshold, and GPU load readable. A
-``stop`` is refused while custody finds files not copied off (unless ``allow_unsynced``), and only
-ever runs the provider's documented stop command from inside the box: never terminate or delete.
+run's when ``on_stalled``), and every GPU under the utilisation threshold unless only a stalled run holds
+it (with ``on_stalled``: a rank hung in NCCL spins at 100 %). Where GPU load cannot be read (no NVML), the
+runs' states and their log/file progress decide, and a process holding a CUDA context that is not ours
+blocks (verdict.py); the dry run says so. A ``stop`` is refused while custody finds files not copied off
+(unless ``allow_unsynced``), and only ever runs the provider's documented stop command from inside the
+box: never terminate or delete.
+
+The person hears about it through their own ``notify`` command (notify.py): for ``action=notify`` when the
+box is idle; for ``action=stop`` a warning ``warn_s`` before the stop, "stopping" right before it, the
+result after it (it may not arrive when the stop takes the box down at once), a refused stop, and a
+cancelled one when the box gets busy again after the warning.
 """
 
 from __future__ import annotations
@@ -32,11 +40,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..notify import box_name, send
 from ..processes.fingerprint import boot_id
 from .custody import unsynced
 from .ledger import RunView, our_runs
 from .sampling import Window, sample
-from .verdict import owners
+from .verdict import gpu_work, owners, unreadable_note
 
 GUARD_ENV = "RGT_GUARD_DIR"
 MODULE = "remote_gpu_trainer.idle.guard"
@@ -62,14 +71,20 @@ class GuardConfig:
     argv: list[str] = field(default_factory=list)
     """The stop command (action stop), exactly as it will be executed (no shell)."""
     provider: str | None = None
+    notify: list[str] = field(default_factory=list)
+    """The person's notify command (notify.py): idle (action notify), a warning ``warn_s`` before a stop, the
+    stop and its result, a refused stop."""
+    warn_s: float = 0.0
+    host: str = ""
     boot_id: str = ""
     armed_at: float = 0.0
     pid: int | None = None
 
     def token(self) -> str:
-        """Bound to everything that decides what runs and when, and to this boot."""
+        """Bound to everything that decides what runs and when, whom it tells, and to this boot."""
         parts = [boot_id(), self.action, "\0".join(self.argv), str(self.util_threshold), f"{self.idle_s:g}",
-                 str(self.on_stalled), str(self.allow_unsynced), "\0".join(self.paths), str(self.provider)]
+                 str(self.on_stalled), str(self.allow_unsynced), "\0".join(self.paths), str(self.provider),
+                 "\0".join(self.notify), f"{self.warn_s:g}"]
         return "guard1-" + hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
 
 
@@ -151,9 +166,13 @@ def arm(config: GuardConfig, state: Path | None = None) -> GuardConfig:
     remove(state, reason="replaced by a new guard")
     config.boot_id = boot_id()
     config.armed_at = time.time()
+    config.host = config.host or box_name()
     (state / "notice.json").unlink(missing_ok=True)
     _write(state / "guard.json", asdict(config))
     pid = spawn_detached([sys.executable, "-m", MODULE, str(state)], state / "guard.log")
+    deadline = time.monotonic() + 10  # return a guard that runs: until exec, /proc shows the caller's command line
+    while not alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
     config.pid = pid
     _write(state / "guard.json", asdict(config))
     record_event(state, "armed", action=config.action, argv=config.argv, idle_s=config.idle_s,
@@ -183,7 +202,9 @@ def remove(state: Path | None = None, reason: str = "removed by the user") -> bo
 
 
 def blockers(config: GuardConfig, runs: list[RunView], window: Window) -> list[str]:
-    """Why the box must not be treated as idle right now (empty: it is idle at this check)."""
+    """Why the box must not be treated as idle right now (empty: it is idle at this check). GPU load held only
+    by a stalled run does not block with ``on_stalled`` (a hung collective spins at 100 %); without GPU readings
+    the runs and their files decide (verdict.py)."""
     reasons = [f"run {r.run_id} is running" for r in runs if r.state == "running"]
     stalled = {r.run_id for r in runs if r.state == "stalled"}
     if stalled and not config.on_stalled:
@@ -194,10 +215,9 @@ def blockers(config: GuardConfig, runs: list[RunView], window: Window) -> list[s
             run_id = mine.get(pid)
             if run_id and not (config.on_stalled and run_id in stalled):
                 reasons.append(f"process {pid} of run {run_id} is on GPU {gpu.index}")
-        if (gpu.util_max or 0) >= config.util_threshold:
-            reasons.append(f"GPU {gpu.index} at {gpu.util_max}% (threshold {config.util_threshold}%)")
-    if not window.ok:
-        reasons.append(f"GPU load unreadable: {window.detail}")
+    reasons += gpu_work(window, runs, config.util_threshold)
+    if not window.ok and not runs:
+        reasons.append(f"{unreadable_note(window)}; no run of ours is recorded, so nothing shows the box idle")
     return reasons
 
 
@@ -206,14 +226,27 @@ def custody_roots(config: GuardConfig, runs: list[RunView]) -> list[str]:
     return list(dict.fromkeys(roots))
 
 
+def tell(config: GuardConfig, state: Path, kind: str, message: str, runs: list[RunView] = ()) -> None:
+    """Run the person's notify command (if any) for one guard event, and record that it did."""
+    if not config.notify:
+        return
+    text = f"[{config.host or box_name()}] idle guard: {message}"
+    record = send(config.notify, {"message": text, "state": kind, "host": config.host or box_name(),
+                                  "run_id": ",".join(r.run_id for r in runs), "step": ""},
+                  env={"RGT_GUARD_DIR": str(state)}, cwd=state)
+    record_event(state, "told", what=kind, reason=text, exit_code=record.get("exit_code"), error=record.get("error"))
+
+
 def _act(config: GuardConfig, state: Path, runs: list[RunView], idle_since: float) -> bool:
     """Take the action. True when the guard is done (fired), False to keep watching (a refusal)."""
     idle_for = time.time() - idle_since
-    why = f"idle for {idle_for:.0f} s (threshold {config.util_threshold}%, window {config.idle_s:g} s)"
+    why = f"idle for {idle_for:.0f} s (window {config.idle_s:g} s, GPUs under {config.util_threshold}% where readable)"
     if config.action == "notify":
-        _write(state / "notice.json", {"at": time.time(), "kind": "idle", "idle_since": idle_since, "message":
-                                       f"the idle guard found this box {why}; it did nothing else"})
+        message = f"the idle guard found this box {why}; it did nothing else"
+        _write(state / "notice.json", {"at": time.time(), "kind": "idle", "idle_since": idle_since,
+                                       "message": message})
         record_event(state, "notified", reason=why)
+        tell(config, state, "idle", f"this box has been {why}: nothing of ours is working on it", runs)
         return True
     if not config.allow_unsynced:
         missing, _ = unsynced(custody_roots(config, runs))
@@ -225,7 +258,10 @@ def _act(config: GuardConfig, state: Path, runs: list[RunView], idle_since: floa
                 _write(state / "notice.json", {"at": time.time(), "kind": "refused", "idle_since": idle_since,
                                                "message": message})
                 record_event(state, "refused", reason=message, unsynced=[m.path for m in missing[:20]])
+                tell(config, state, "stop_refused", f"the box is {why}, but {message}", runs)
             return False
+    command = " ".join(config.argv)
+    tell(config, state, "stopping", f"the box is {why}: stopping it now with `{command}` (never terminate)", runs)
     try:
         done = subprocess.run(config.argv, capture_output=True, text=True, timeout=STOP_TIMEOUT_S, check=False)
         rc, output = done.returncode, (done.stdout + done.stderr)[-2000:]
@@ -233,16 +269,27 @@ def _act(config: GuardConfig, state: Path, runs: list[RunView], idle_since: floa
         rc, output = None, str(err)
     ok = rc == 0
     _write(state / "notice.json", {"at": time.time(), "kind": "stopped" if ok else "stop_failed",
-                                   "idle_since": idle_since, "message": f"the idle guard ran {' '.join(config.argv)}"
+                                   "idle_since": idle_since, "message": f"the idle guard ran {command}"
                                    f" because the box was {why}: exit {rc}"})
     record_event(state, "stopped" if ok else "stop_failed", argv=config.argv, exit_code=rc, output=output, reason=why)
+    tell(config, state, "stopped" if ok else "stop_failed",
+         f"ran `{command}`: exit {rc}" + ("; the box is stopped (GPU billing ends; the provider's profile says what "
+                                          "still bills)" if ok else f"; the stop FAILED, the box still bills: "
+                                          f"{output.strip()[-300:]}"), runs)
     return ok
+
+
+def _warning(config: GuardConfig, idle_for: float) -> str:
+    left = max(0.0, config.idle_s - idle_for)
+    return (f"this box has been idle for {idle_for:.0f} s; it will stop it with `{' '.join(config.argv)}` in "
+            f"{left:.0f} s unless a run of ours starts or a GPU gets busy")
 
 
 def watch(state: Path, sleep: Any = time.sleep) -> None:
     """The guard's loop; returns when it fired, was removed, or was replaced."""
     me = os.getpid()
     idle_since: float | None = None
+    warned = False
     last_reason = None
     while True:
         config = load_config(state)
@@ -258,14 +305,24 @@ def watch(state: Path, sleep: Any = time.sleep) -> None:
             _write(state / "status.json", {"state": "watching", "checked_at": now, "reason": summary})
             if summary != last_reason:
                 record_event(state, "busy", reason=summary)
+            if warned:
+                tell(config, state, "idle_cancelled", f"the stop is off, the box is working again: {summary}", runs)
+                warned = False
         else:
             if idle_since is None:
                 idle_since = now
-                record_event(state, "idle", reason="no run of ours active and every GPU under the threshold")
+                how = ("every GPU under the threshold" if window.ok else unreadable_note(window))
+                record_event(state, "idle", reason=f"no run of ours active; {how}")
             summary = f"idle since {idle_since:.0f}"
             _write(state / "status.json", {"state": "idle", "checked_at": now, "idle_since": idle_since,
-                                           "acts_at": idle_since + config.idle_s})
-            if now - idle_since >= config.idle_s and _act(config, state, runs, idle_since):
+                                           "acts_at": idle_since + config.idle_s,
+                                           "gpu": "read" if window.ok else unreadable_note(window)})
+            idle_for = now - idle_since
+            if (config.action == "stop" and config.warn_s > 0 and not warned and idle_for < config.idle_s
+                    and idle_for >= config.idle_s - config.warn_s):
+                tell(config, state, "idle_warning", _warning(config, idle_for), runs)
+                warned = True
+            if idle_for >= config.idle_s and _act(config, state, runs, idle_since):
                 _write(state / "status.json", {"state": "fired", "checked_at": now, "idle_since": idle_since})
                 (state / "guard.json").unlink(missing_ok=True)
                 return

@@ -1,22 +1,25 @@
-"""Our runs on this box, read from the run ledger: the one place this package depends on run lifecycle.
+"""Our runs on this box, read from the run ledger, as the idle verdict and the guard need them.
 
-The ledger (run-lifecycle issue) keeps one folder per run under ``$RGT_RUNS_DIR`` or
-``~/.cache/remote-gpu-trainer/runs/<run_id>/`` with ``meta.json`` (how it was started, its process
-group), ``log`` and, once it ended, ``exit.json``. This module reads only that layout, so the idle
-tools keep working whichever code wrote it; :func:`our_runs` is the single function to switch to the
-run module's own reader once it settles.
+The ledger (runs/ledger.py) keeps one folder per run under ``$RGT_RUNS_DIR`` or
+``~/.cache/remote-gpu-trainer/runs/<run_id>/``. This module reads it through the run module's own readers, so
+the idle tools and run_status agree on what a run is: its processes are ``runs/members.py``'s (the session, the
+group, what the supervisor recorded, their descendants: a detached job counts), its progress is the newest
+change among ``runs/watch.py``'s files (its log, watch globs, files it writes), and a stall is the supervisor's
+own verdict (``stall.json``) or, for a run without one, no progress for ``stall_s``.
 
 States, as the idle verdict needs them:
 
-* ``running``: no ``exit.json`` and a process of its group is alive, log written recently;
-* ``stalled``: alive but the log has not changed for ``stall_s`` (a hung loop bills like a busy one);
-* ``ended``: ``exit.json`` exists, or no process of the group is left (the run died without one).
+* ``running``: no ``exit.json`` and a process of the run is alive, its progress files moved recently;
+* ``stalled``: alive but the supervisor declared it stalled, or nothing moved for ``stall_s`` (a hung loop bills
+  like a busy one);
+* ``ended``: ``exit.json`` exists, or no process of the run is left (the run died without one).
+
+Adopted runs (run_adopt) are runs like any other here: that is how the guard covers a job started by hand.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,13 +42,16 @@ class RunView:
     run_dir: Path
     pgid: int | None
     pids: frozenset[int]
-    """Live processes of the run's process group (empty once it ended)."""
+    """Live processes of the run (empty once it ended)."""
     ended_at: float | None
     """Unix time the run ended: exit.json's ``ended_at``, else the newest of exit.json and the log."""
     last_output_at: float | None
-    """Modification time of the run's log: the last sign of progress."""
+    """Newest modification time of its progress files: the last sign of progress."""
     output_dirs: tuple[str, ...]
-    """Folders the run writes outputs to, as its meta.json names them (checkpoints, results)."""
+    """Folders the run writes outputs to, as its meta.json names them (outputs, its checkpoint folder)."""
+    follows: str | None = None
+    """The text log that changed last (progress is read from it)."""
+    meta: dict[str, Any] | None = None
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -63,57 +69,53 @@ def _mtime(path: Path) -> float | None:
         return None
 
 
-def group_members(pgid: int) -> frozenset[int]:
-    """Live, non-zombie pids whose process group is ``pgid`` (read from /proc, no signal sent)."""
-    members = set()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 2 and fields[0] != "Z" and fields[2] == str(pgid):
-            members.add(int(entry.name))
-    return frozenset(members)
-
-
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _output_dirs(meta: dict[str, Any]) -> tuple[str, ...]:
+    found: list[str] = []
     for key in ("output_dirs", "outputs"):
         value = meta.get(key)
         if isinstance(value, list):
-            return tuple(str(v) for v in value if isinstance(v, str) and v)
-    return ()
+            found += [str(v) for v in value if isinstance(v, str) and v]
+    if isinstance(meta.get("checkpoint_dir"), str):
+        found.append(meta["checkpoint_dir"])
+    return tuple(dict.fromkeys(found))
 
 
 def read_run(run_dir: Path, stall_s: float, now: float | None = None) -> RunView | None:
     """One run's view, or None when the folder holds no readable meta.json."""
+    from ..runs.ledger import STALL, RunDir
+    from ..runs.members import live_members
+    from ..runs.watch import followed, last_changes, recorded_files
+
     meta = _read_json(run_dir / "meta.json")
     if meta is None:
         return None
     now = time.time() if now is None else now
+    run = RunDir(run_dir)
     pgid = _int(meta.get("pgid")) or _int(meta.get("pid"))
-    log_at = _mtime(run_dir / "log")
+    changes = last_changes(recorded_files(run))
+    log_at = max(changes.values(), default=None)
+    follows = followed(changes)
     exit_path = run_dir / "exit.json"
     outputs = _output_dirs(meta)
+    common = dict(run_id=run_dir.name, run_dir=run_dir, pgid=pgid, last_output_at=log_at, output_dirs=outputs,
+                  follows=follows, meta=meta)
     if exit_path.exists():
         record = _read_json(exit_path) or {}
         ended = record.get("ended_at")
         ended_at = float(ended) if isinstance(ended, (int, float)) else _mtime(exit_path)
-        return RunView(run_dir.name, "ended", run_dir, pgid, frozenset(), ended_at, log_at, outputs)
-    pids = group_members(pgid) if pgid else frozenset()
+        return RunView(state="ended", pids=frozenset(), ended_at=ended_at, **common)
+    pids = frozenset(live_members(run, meta))
     if not pids:
         last = max((t for t in (log_at, _mtime(run_dir / "meta.json")) if t is not None), default=None)
-        return RunView(run_dir.name, "ended", run_dir, pgid, pids, last, log_at, outputs)
+        return RunView(state="ended", pids=pids, ended_at=last, **common)
     started = _mtime(run_dir / "meta.json")
-    last_sign = log_at if log_at is not None else started
-    stalled = last_sign is not None and now - last_sign >= stall_s
-    return RunView(run_dir.name, "stalled" if stalled else "running", run_dir, pgid, pids, None, log_at, outputs)
+    last_sign = max((t for t in (log_at, started) if t is not None), default=None)
+    stalled = (run_dir / STALL).exists() or (last_sign is not None and now - last_sign >= stall_s)
+    return RunView(state="stalled" if stalled else "running", pids=pids, ended_at=None, **common)
 
 
 def our_runs(stall_s: float = 1800.0, now: float | None = None) -> list[RunView]:

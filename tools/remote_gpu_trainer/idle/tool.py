@@ -14,6 +14,9 @@ from pydantic import Field
 
 from ..errors import InputError
 from ..models import StrictModel
+from ..notify import HELP as NOTIFY_HELP
+from ..notify import NotifyCommand
+from ..runs.checkpoints import CheckpointOutlook
 from ..tables import format_table, gib
 from ..toolspec import Progress, ToolSpec
 
@@ -99,6 +102,9 @@ class RunOut(StrictModel):
     ended_at: str | None
     last_output_at: str | None
     pids: list[int]
+    follows: str | None = Field(None, description="The log its progress is read from")
+    checkpoints: CheckpointOutlook | None = Field(None, description="For a run with a checkpoint folder: will the "
+                                                  "saves of the next 8 h fit, and does the folder survive a stop")
 
 
 class UnsyncedOut(StrictModel):
@@ -211,10 +217,23 @@ def box_idle(args: BoxIdleInput, progress: Progress) -> BoxIdle:
                                               for m in missing[:MAX_LISTED]],
         unsynced_count=len(missing), custody_files_checked=checked, gpus=gpus,
         runs=[RunOut(run_id=r.run_id, state=r.state, ended_at=_iso(r.ended_at), last_output_at=_iso(r.last_output_at),
-                     pids=sorted(r.pids)) for r in runs],
+                     pids=sorted(r.pids), follows=r.follows, checkpoints=_outlook(r, args.provider)) for r in runs],
         guard=_guard_out(), backend=window.backend, window_s=window.seconds, next_step="")
     result.next_step = _next_step(result)
     return result
+
+
+def _outlook(run, provider: str | None) -> CheckpointOutlook | None:
+    """The checkpoint outlook of a run that named its checkpoint folder (run_start/run_adopt checkpoint_dir)."""
+    from ..runs.checkpoints import checkpoint_outlook
+    from ..runs.progress import progress_of
+
+    meta = run.meta or {}
+    if not meta.get("checkpoint_dir"):
+        return None
+    progress = progress_of(Path(run.follows)) if run.follows and run.state != "ended" else None
+    return checkpoint_outlook(Path(meta["checkpoint_dir"]), progress=progress, provider=provider,
+                              save_every_steps=meta.get("save_every_steps"), keep_last=meta.get("keep_last"))
 
 
 def _next_step(r: BoxIdle) -> str:
@@ -249,6 +268,9 @@ def render_box_idle(r: BoxIdle) -> str:
             for g in r.gpus]))
     if r.runs:
         lines.append("runs: " + ", ".join(f"{x.run_id} {x.state}" for x in r.runs))
+    for x in r.runs:
+        if x.checkpoints:
+            lines.append(f"checkpoints of {x.run_id}: {x.checkpoints.verdict} — {x.checkpoints.summary}")
     lines.append(f"provider: {r.provider.name or 'unknown'} ({r.provider.how}: {r.provider.evidence})")
     for name, action in (("stop", r.stop), ("terminate", r.terminate)):
         if action:
@@ -280,6 +302,11 @@ class IdleGuardInput(StrictModel):
     provider: str | None = Field(None, min_length=1, max_length=64, description="Provider profile; default detected.")
     paths: builtins.list[str] = Field(default_factory=builtins.list, max_length=64,
                                       description="Extra paths custody must find copied.")
+    notify: NotifyCommand | None = Field(None, min_length=1, max_length=64, description=NOTIFY_HELP + ". The guard "
+                                         "runs it when the box is idle (action=notify), warn_minutes before a stop, "
+                                         "right before and after the stop, and when a stop is refused")
+    warn_minutes: float = Field(5.0, ge=0, le=1440, description="With action=stop and notify: warn the person this "
+                                "long before the stop (fractions allowed; 0: no warning)")
     interval_s: float = Field(10.0, ge=0.1, le=600, description="Seconds between the guard's checks.")
     stall_minutes: float = Field(30.0, gt=0, le=1440, description="Log silence after which a live run is stalled.")
     dry_run: bool = Field(True, description="Show exactly what would run and when, and a confirm_token; arm nothing.")
@@ -329,20 +356,34 @@ def _config(args: IdleGuardInput):  # -> (GuardConfig, provider name)
         provider_name = _provider(args.provider)[0].name
     config = GuardConfig(action=args.action, idle_s=args.idle_minutes * 60, util_threshold=args.util_threshold,
                          on_stalled=args.on_stalled, allow_unsynced=args.allow_unsynced, interval_s=args.interval_s,
-                         stall_s=args.stall_minutes * 60, paths=list(args.paths), argv=argv, provider=provider_name)
+                         stall_s=args.stall_minutes * 60, paths=list(args.paths), argv=argv, provider=provider_name,
+                         notify=list(args.notify or []), warn_s=min(args.warn_minutes * 60, args.idle_minutes * 60))
     return config, provider_name
 
 
-def _plan(config) -> str:
+def _plan(config, window=None) -> str:
+    """Exactly what the guard will do, in words; ``window`` (a GPU sample) says how it can judge load here."""
     what = (f"run `{' '.join(config.argv)}` (the {config.provider} stop, from inside the box)"
             if config.action == "stop" else "write a notice that every later box_idle call shows")
-    stalled = " or stalled" if config.on_stalled else ""
+    stalled = " or stalled (whatever its GPU load: a hung collective spins at 100 %)" if config.on_stalled else ""
     custody = ("" if config.action != "stop" else
                " It refuses while custody finds files not copied off." if not config.allow_unsynced else
                " It does NOT check custody (allow_unsynced).")
-    return (f"Every {config.interval_s:g} s, check runs and GPUs; once all our runs have ended{stalled} and every "
-            f"GPU stays under {config.util_threshold}% for {config.idle_s / 60:g} min with no process of ours on a "
-            f"GPU, {what}.{custody}")
+    gpus = (f"every GPU stays under {config.util_threshold}%" if window is None or window.ok else
+            "nothing else holds a CUDA context")
+    plan = (f"Every {config.interval_s:g} s, check runs and GPUs; once all our runs have ended{stalled} and {gpus} "
+            f"for {config.idle_s / 60:g} min with no process of ours on a GPU, {what}.{custody}")
+    if window is not None and not window.ok:
+        plan += (f" GPU load cannot be read here ({window.detail}): idleness is decided from run states and log/file "
+                 "progress only, and a job neither started by run_start nor adopted (run_adopt) is not seen.")
+    if config.notify:
+        tells = ("when the box is idle" if config.action == "notify" else
+                 (f"{config.warn_s / 60:g} min before the stop, " if config.warn_s else "") +
+                 "right before and after it, and when a stop is refused")
+        plan += f" It tells the person with `{' '.join(config.notify)}` {tells}."
+    elif config.action == "stop":
+        plan += " Nobody is told before the stop: pass notify to reach a person."
+    return plan
 
 
 def _events(raw: list[dict]) -> list[GuardEvent]:
@@ -369,10 +410,13 @@ def idle_guard(args: IdleGuardInput, progress: Progress) -> IdleGuardResult:
                                notice=note.get("message") if note else None, events=_events(guard.events()),
                                next_step="idle_guard remove=true disarms it." if config else
                                "Arm one with a dry run, then dry_run=false and its confirm_token.")
+    from .sampling import sample
+
     config, provider = _config(args)
     token = config.token()
     if args.dry_run:
-        return IdleGuardResult(mode="dry_run", plan=_plan(config), action=config.action, argv=config.argv,
+        window = sample(0.0, timeout_s=5.0)
+        return IdleGuardResult(mode="dry_run", plan=_plan(config, window), action=config.action, argv=config.argv,
                                provider=provider, confirm_token=token, armed=False,
                                next_step="Show the plan to the user; to arm, repeat with dry_run=false and "
                                "this confirm_token.")
@@ -597,16 +641,21 @@ SPECS = [
     ToolSpec(
         name="idle_guard", cli="guard", title="Arm, list or remove an idle guard on the box",
         description=(
-            "An opt-in process on the box that acts once all our runs have ended (or one is stalled, with "
-            "on_stalled) and every GPU stays under util_threshold for idle_minutes, never while a process of "
-            "ours is on a GPU. action=notify leaves a record every later box_idle shows; action=stop runs the "
-            "provider's documented stop command from inside the box (never terminate or delete) and refuses "
-            "while custody finds files not copied off unless allow_unsynced. Dry run by default: returns the "
+            "An opt-in process on the box that acts once all our runs (started or adopted) have ended (or one is "
+            "stalled, with on_stalled, whatever its GPU load) and every GPU stays under util_threshold for "
+            "idle_minutes (fractions allowed), never while a process of ours is on a GPU; where GPU load cannot "
+            "be read (no NVML) the runs' states and log/file progress decide, and the dry run says so. "
+            "action=notify leaves a record every later box_idle shows; action=stop runs the provider's documented "
+            "stop command from inside the box (never terminate or delete) and refuses while custody finds files "
+            "not copied off unless allow_unsynced. notify runs your command (argv or one string, never a shell; "
+            "{message} filled in) when idle, warn_minutes before a stop, and before and after it. Dry run by "
+            "default: returns the "
             "exact plan and command and a confirm_token bound to them and to this boot; arm with "
             "dry_run=false and that token (stop also asks the person where the client supports it). "
             "list=true shows the guard and its events; remove=true disarms it. Survives the SSH session."),
         input_model=IdleGuardInput, output_model=IdleGuardResult, run=idle_guard, read_only=False,
-        destructive=True, idempotent=False, remote=True, render_text=render_guard, elicit=elicit_guard),
+        destructive=True, idempotent=False, remote=True, render_text=render_guard, elicit=elicit_guard,
+        cli_command_flags=("notify",)),
     ToolSpec(
         name="run_pull", cli="pull", title="Copy a run's outputs back and verify them",
         description=(

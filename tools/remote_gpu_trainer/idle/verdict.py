@@ -2,14 +2,21 @@
 
 Rules, in order (the first that applies decides):
 
-1. **busy** — a run of ours is running (alive, its log moving), or any GPU's utilisation reached the
-   threshold at any reading in the window. A foreign process at full load is work too.
-2. **stalled** — a run of ours is alive but its log has not moved for the stall limit, and no GPU
-   reached the threshold: it bills like a busy box and produces nothing (the failure SkyPilot's
+1. **busy** — a run of ours is running (alive, its progress files moving), or a GPU's utilisation reached the
+   threshold at any reading in the window while a process that is not a stalled run of ours holds it (a foreign
+   process at full load is work too). Where GPU load cannot be read, a process holding a CUDA context
+   (``/dev/nvidia*`` and ``/dev/nvidia-uvm`` open) that is not ours counts as work.
+2. **stalled** — a run of ours is alive but made no progress for the stall limit (the supervisor's verdict, or
+   its files quiet that long). Its GPUs may read 100 %: a rank hung in an NCCL collective spins there, so load
+   held only by stalled runs is not work. It bills like a busy box and produces nothing (the failure SkyPilot's
    autostop cannot see).
-3. **unknown** — NVML could not be read, so GPU load is unknown (runs alone cannot prove idleness).
-4. **idle** — no run of ours alive and every GPU under the threshold for the whole window. Idle since
-   the last run ended, or, with no run recorded, since the window began (at least).
+3. **idle** — no run of ours alive and every GPU under the threshold for the whole window. Idle since the last
+   run ended, or, with no run recorded, since the window began (at least).
+4. **unknown** — only when nothing can be read at all (no GPU reading and no ledger on this box).
+
+**Without GPU readings** (no NVML: a CPU box, a container without the NVIDIA runtime, a hung driver) the verdict
+is decided from our runs' states and their log/file progress alone, and the evidence says so: a job that was
+neither started by run_start nor adopted (run_adopt) and holds no CUDA context is invisible then.
 
 A process that holds VRAM without load (a notebook kernel) does not make a box busy, but it is listed.
 """
@@ -33,32 +40,72 @@ class Decision:
 
 
 def owners(runs: list[RunView]) -> dict[int, str]:
-    """pid → run id for every live process of our runs' process groups."""
+    """pid → run id for every live process of our runs."""
     return {pid: run.run_id for run in runs for pid in run.pids}
+
+
+def gpu_work(window: Window, runs: list[RunView], util_threshold: int) -> list[str]:
+    """Why the GPUs say the box is working (empty: they do not). Load held only by stalled runs is no work."""
+    stalled = {pid for run in runs if run.state == "stalled" for pid in run.pids}
+    if not window.ok:
+        return foreign_cuda(runs)
+    reasons = []
+    for gpu in window.gpus:
+        if (gpu.util_max or 0) < util_threshold:
+            continue
+        holders = set(gpu.processes)
+        if holders and holders <= stalled:
+            continue
+        reasons.append(f"GPU {gpu.index} at {gpu.util_max}% (threshold {util_threshold}%)")
+    return reasons
+
+
+def foreign_cuda(runs: list[RunView]) -> list[str]:
+    """Without GPU readings: processes holding a CUDA context that are not our runs' (a /proc scan)."""
+    from ..health.holders import scan_device_holders
+
+    mine = set(owners(runs))
+    try:
+        holders = scan_device_holders().holders
+    except OSError:
+        return []
+    return [f"pid {pid} holds a CUDA context (/dev/nvidia-uvm) and is not a run of ours; GPU load cannot be read, "
+            "so it counts as work" for pid, use in sorted(holders.items()) if use.uvm and pid not in mine]
+
+
+def unreadable_note(window: Window) -> str:
+    return (f"GPU load unreadable ({window.detail}): decided from our runs' states and their log/file progress; "
+            "a job neither started by run_start nor adopted (run_adopt) is not seen")
 
 
 def decide(window: Window, runs: list[RunView], util_threshold: int) -> Decision:
     running = [r for r in runs if r.state == "running"]
     stalled = [r for r in runs if r.state == "stalled"]
-    loaded = [g for g in window.gpus if (g.util_max or 0) >= util_threshold]
+    loaded = gpu_work(window, runs, util_threshold)
     evidence = []
     if running:
         evidence.append(f"run(s) of ours running: {', '.join(r.run_id for r in running)}")
-    if loaded:
-        evidence.append("GPU(s) at or above {}% utilisation: {}".format(
-            util_threshold, ", ".join(f"{g.index} (max {g.util_max}%)" for g in loaded)))
+    evidence += loaded
+    if not window.ok:
+        evidence.append(unreadable_note(window))
     if running or loaded:
         return Decision("busy", None, evidence)
+    if not window.ok and not runs:
+        return Decision("unknown", None, [f"{unreadable_note(window)}; no run of ours is recorded on this box, so "
+                                          "nothing shows it idle"])
     if stalled:
-        return Decision("stalled", None, [f"run {r.run_id} is alive but its log has not changed since "
-                                          f"{r.last_output_at or 'start'} (unix time)" for r in stalled]
-                        + [f"every GPU under {util_threshold}% over {window.seconds:.0f} s"])
-    if not window.ok:
-        return Decision("unknown", None, [f"GPU load unreadable: {window.detail}"])
+        held = [f"GPU {g.index} at {g.util_max}% is held only by it (a rank spinning in a collective reads busy)"
+                for g in window.gpus if (g.util_max or 0) >= util_threshold]
+        quiet = [f"run {r.run_id} is alive but made no progress since "
+                 f"{r.last_output_at if r.last_output_at is not None else 'start'} (unix time)" for r in stalled]
+        return Decision("stalled", None, quiet + held + ([f"every GPU under {util_threshold}% over "
+                                                          f"{window.seconds:.0f} s"] if window.ok and not held else [])
+                        + ([unreadable_note(window)] if not window.ok else []))
     ended = [r.ended_at for r in runs if r.ended_at is not None]
     since = max(ended) if ended else window.started_at
-    evidence.append(f"every GPU under {util_threshold}% at each of {window.samples} reading(s) over "
-                    f"{window.seconds:.0f} s")
+    if window.ok:
+        evidence.append(f"every GPU under {util_threshold}% at each of {window.samples} reading(s) over "
+                        f"{window.seconds:.0f} s")
     evidence.append(f"last run of ours ended at {max(ended):.0f} (unix time)" if ended else
                     "no run of ours recorded on this box: idle since the window began, at least")
     return Decision("idle", since, evidence)

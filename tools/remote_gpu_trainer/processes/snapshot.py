@@ -98,19 +98,40 @@ def read_cmdline(pid: int) -> tuple[str, ...]:
     return tuple(arg.decode("utf-8", "surrogateescape") for arg in raw.rstrip(b"\0").split(b"\0")) if raw else ()
 
 
+def read_environ(pid: int, names: tuple[str, ...]) -> dict[str, str]:
+    """Selected variables of /proc/<pid>/environ (the environment the process started with); {} if unreadable."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return {}
+    found = {}
+    for item in raw.split(b"\0"):
+        name, _, value = item.partition(b"=")
+        if name.decode(errors="replace") in names:
+            found[name.decode()] = value.decode(errors="replace")
+    return found
+
+
 def snapshot_many(pids: Iterable[int]) -> dict[int, ProcInfo | None]:
     return {pid: snapshot(pid) for pid in pids}
 
 
 class ProcessTable:
-    """The parent of every visible process, read once, for ancestor and descendant walks.
+    """The parent, process group and session of every visible process, read once, for tree and group walks.
 
-    Reading ``ppid`` for all processes costs ~1 ms for ~100 processes; walking it is free. A pid
-    that appears later is simply absent, which is what a consistent snapshot should do.
+    Reading them for all processes costs ~1 ms for ~100 processes; walking is free. A pid that appears
+    later is simply absent, which is what a consistent snapshot should do. ``group`` and ``session`` are
+    empty where /proc is missing (psutil's fallback knows only parents).
     """
 
-    def __init__(self, parent: Mapping[int, int]):
+    def __init__(self, parent: Mapping[int, int], group: Mapping[int, int] | None = None,
+                 session: Mapping[int, int] | None = None, state: Mapping[int, str] | None = None):
         self.parent = dict(parent)
+        self.group = dict(group or {})
+        self.session = dict(session or {})
+        self.state = dict(state or {})
+        """The one-letter state of /proc/<pid>/stat (``Z``: a zombie, exited and not reaped)."""
         self._children: dict[int, list[int]] = {}
         for pid, ppid in self.parent.items():
             self._children.setdefault(ppid, []).append(pid)
@@ -119,6 +140,9 @@ class ProcessTable:
     def read(cls) -> ProcessTable:
         """One read of /proc/<pid>/stat per process (psutil.process_iter costs three times that)."""
         parent: dict[int, int] = {}
+        group: dict[int, int] = {}
+        session: dict[int, int] = {}
+        state: dict[int, str] = {}
         try:
             names = os.listdir("/proc")
         except OSError:
@@ -129,12 +153,22 @@ class ProcessTable:
             try:
                 with open(f"/proc/{name}/stat", "rb") as handle:
                     stat = handle.read()
-                parent[int(name)] = int(stat[stat.rindex(b")") + 2:].split(None, 2)[1])
+                fields = stat[stat.rindex(b")") + 2:].split(None, 5)
+                pid = int(name)
+                parent[pid], group[pid], session[pid] = int(fields[1]), int(fields[2]), int(fields[3])
+                state[pid] = fields[0].decode(errors="replace")
             except (OSError, ValueError, IndexError):  # exited meanwhile
                 continue
         if not parent:  # no /proc (not Linux): psutil knows the platform's way
             parent = {p.pid: p.info["ppid"] for p in psutil.process_iter(["ppid"]) if p.info.get("ppid") is not None}
-        return cls(parent)
+        return cls(parent, group, session, state)
+
+    def children(self, pid: int) -> list[int]:
+        return list(self._children.get(pid, ()))
+
+    def alive(self, pid: int) -> bool:
+        """In the table and not a zombie."""
+        return pid in self.parent and self.state.get(pid) != "Z"
 
     def ancestors(self, pid: int) -> list[int]:
         """Parent, grandparent, ... up to (excluding) pid 0. Stops on a loop, which /proc can show

@@ -375,10 +375,16 @@ def forensics_env(run: RunDir, meta: dict[str, Any], env: dict[str, str]) -> dic
 
 
 def _log_size(run: RunDir) -> int:
-    try:
-        return run.log.stat().st_size
-    except OSError:
-        return 0
+    """Bytes in the run's progress files (its log, watched files, files it writes: watch.py)."""
+    from .watch import recorded_files
+
+    total = 0
+    for path in recorded_files(run):
+        try:
+            total += os.stat(path).st_size
+        except OSError:
+            continue
+    return total
 
 
 def investigate_run(run: RunDir, *, samples: int = 3, interval_s: float = 0.25, timeout_s: float = 10.0) -> HangReport:
@@ -420,10 +426,10 @@ def investigate_run(run: RunDir, *, samples: int = 3, interval_s: float = 0.25, 
 
 
 def _log_quiet_s(run: RunDir) -> float | None:
-    try:
-        return max(0.0, time.time() - run.log.stat().st_mtime)
-    except OSError:
-        return None
+    from .watch import last_changes, recorded_files
+
+    changes = last_changes(recorded_files(run))
+    return max(0.0, time.time() - max(changes.values())) if changes else None
 
 
 class HangSummary(StrictModel):

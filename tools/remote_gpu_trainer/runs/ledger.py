@@ -10,7 +10,10 @@ meta.json            run_start,   argv, cwd, the environment added, name, notify
                      supervisor   boot id, git commit, GPUs; then pid, pgid and start time
 supervisor.json      supervisor   its own pid and start ticks (how "the supervisor vanished" is told)
 log                  the run      stdout and stderr of the training process
-stall.json           supervisor   present while the run is stalled (since when, why)
+stall.json           supervisor   present while the run is stalled (since when, why, the file it follows)
+members.json         supervisor   the run's processes seen so far (pid, start ticks): members.py
+watch.json           supervisor   the progress files it follows (log, watch globs, files the run writes)
+launcher.json        supervisor   the launcher exited while processes it started go on (its code, which)
 stop.json            run_stop     who asked for the stop, before any signal is sent
 exit.json            supervisor   at the end: exit code or signal, end time, state, OOM evidence
 notifications.jsonl  supervisor   one line per notify command run
@@ -45,9 +48,9 @@ RUNS_ENV = "RGT_RUNS_DIR"
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$"
 _RUN_ID = re.compile(RUN_ID_PATTERN)
 
-META, SUPERVISOR, LOG, STALL, STOP, EXIT, NOTIFICATIONS, STACKS = (
+META, SUPERVISOR, LOG, STALL, STOP, EXIT, NOTIFICATIONS, STACKS, LAUNCHER = (
     "meta.json", "supervisor.json", "log", "stall.json", "stop.json", "exit.json", "notifications.jsonl",
-    "stacks.json")
+    "stacks.json", "launcher.json")
 
 
 def runs_root() -> Path:

@@ -53,8 +53,7 @@ def ranks_of(pids: list[int]) -> tuple[dict[int, int | None], list[str | None]]:
     """(pid → RANK, CUDA_VISIBLE_DEVICES per rank) of a run's processes. A DataLoader worker inherits its
     rank's RANK, so a process whose parent has the same RANK is not a rank; without any RANK (a plain
     ``python train.py``) every process counts, with rank None."""
-    from ..processes.snapshot import ProcessTable
-    from .stacks import read_environ
+    from ..processes.snapshot import ProcessTable, read_environ
 
     env = {pid: read_environ(pid, ("RANK", "CUDA_VISIBLE_DEVICES")) for pid in pids}
     parent = ProcessTable.read().parent

@@ -45,7 +45,7 @@ from typing import Literal
 from pydantic import Field
 
 from ..models import StrictModel
-from ..processes.snapshot import ZOMBIE, read_start_ticks, snapshot
+from ..processes.snapshot import ZOMBIE, read_environ, read_start_ticks, snapshot
 
 HOOK_DIR = Path(__file__).with_name("rank_hook")
 STACKS_SIGNAL_OFFSET = 4
@@ -185,21 +185,6 @@ def signal_caught(pid: int, signum: int) -> bool:
     except (OSError, ValueError):
         pass
     return False
-
-
-def read_environ(pid: int, names: tuple[str, ...]) -> dict[str, str]:
-    """Selected variables of /proc/<pid>/environ (the environment the process started with)."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            raw = handle.read()
-    except OSError:
-        return {}
-    found = {}
-    for item in raw.split(b"\0"):
-        name, _, value = item.partition(b"=")
-        if name.decode(errors="replace") in names:
-            found[name.decode()] = value.decode(errors="replace")
-    return found
 
 
 _RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "CUDA_VISIBLE_DEVICES",

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -27,6 +26,7 @@ import time
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ..commandline import shell_words
 from ..errors import InputError
 from ..processes.fingerprint import boot_id
 from ..trainenv.find import TrainingEnv, find_training_env, is_box_runtime
@@ -35,24 +35,18 @@ from .ledger import EXIT, META, RunDir, list_runs, new_run_id, runs_root, write_
 from .states import ENDED, classify
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SHELL_WORDS = frozenset({"|", "||", "&&", "&", ";", ";;", ">", ">>", "<", "<<", "2>", "2>&1", "&>", "|&"})
-_SHELL_CHARS = ("$(", "`", "${", "$((")
 TORCHRUN_DEFAULT_PORT = 29500
-RESERVED_ENV = frozenset({"RGT_RUN_ID", "RGT_RUN_STATE", "RGT_RUN_DIAGNOSIS", "RGT_RUN_DIR"})
+RESERVED_ENV = frozenset({"RGT_RUN_ID", "RGT_RUN_STATE", "RGT_RUN_DIAGNOSIS", "RGT_RUN_DIR", "RGT_MESSAGE", "RGT_STATE",
+                          "RGT_HOST", "RGT_STEP"})
 START_WAIT_S = 10.0
 
 
 def split_command(command: str) -> tuple[list[str], dict[str, str]]:
     """argv and leading ``NAME=value`` assignments of a shell-like command line, without a shell."""
-    text = command.replace("\\\r\n", " ").replace("\\\n", " ")
     try:
-        words = shlex.split(text, comments=True)
+        words = shell_words(command)
     except ValueError as err:
-        raise InputError("command", f"cannot be split like a shell command line: {err}") from None
-    for word in words:
-        if word in _SHELL_WORDS or any(mark in word for mark in _SHELL_CHARS):
-            raise InputError("command", f"uses shell syntax ({word!r}); commands are never run through a shell. "
-                             "Pass one program as argv, or put the pipeline in a script and run that script")
+        raise InputError("command", str(err)) from None
     env: dict[str, str] = {}
     while words and "=" in words[0] and _ENV_NAME.match(words[0].split("=", 1)[0]):
         name, value = words.pop(0).split("=", 1)
@@ -219,9 +213,12 @@ def training_env(python: str | None, activate: str | None, argv: list[str], cwd:
 def create_run(*, argv: list[str], cwd: Path, env_added: dict[str, str], name: str | None,
                notify: list[str] | None, gpus: list[int] | None, port: int | None, stall_after_s: float,
                checks: dict[str, str], rank_hook: bool = True, flight_recorder: bool = False,
-               activation: dict[str, str] | None = None) -> RunDir:
+               activation: dict[str, str] | None = None, extra: dict[str, Any] | None = None) -> RunDir:
     """Write meta.json in a fresh run folder (mode 0700: the folder holds the run's environment).
-    ``activation``: the training environment's variables (PATH first), under the caller's ``env_added``."""
+    ``activation``: the training environment's variables (PATH first), under the caller's ``env_added``;
+    ``extra`` adds fields (watch globs, the checkpoint folder; an adopted run's pid and logs)."""
+    from ..notify import box_name
+
     root = runs_root()
     root.mkdir(parents=True, exist_ok=True)
     run_id = new_run_id(name)
@@ -232,7 +229,7 @@ def create_run(*, argv: list[str], cwd: Path, env_added: dict[str, str], name: s
         "notify": notify, "gpus": gpus, "port": port, "stall_after_s": stall_after_s, "boot_id": boot_id(),
         "git_commit": git_commit(cwd), "created_at": time.time(), "checks": checks, "activation": activation or {},
         "python": sys.executable, "user": os.environ.get("USER"), "rank_hook": rank_hook,
-        "flight_recorder": flight_recorder,
+        "flight_recorder": flight_recorder, "host": box_name(), **(extra or {}),
     })
     return RunDir(path)
 

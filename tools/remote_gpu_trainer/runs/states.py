@@ -4,12 +4,16 @@
 state       when
 =========== ==================================================================================
 starting    the supervisor is up but the training process is not started yet
-running     the training process runs and the log moved within the stall threshold
-stalled     alive, but no log growth and (on a GPU box) near-zero GPU use for stall_after_s
+running     the training process runs (or, after a launcher that detached, the processes it started) and a
+            progress file (its log, a watched file, a file it writes) changed within the stall threshold
+stalled     alive, but no progress file changed for stall_after_s and its stacks did not move (GPU load is
+            not used: a rank hung in a collective keeps its GPU at 100 %)
 succeeded   exit code 0
 failed      non-zero exit code (or the command could not be started)
 killed      ended by a signal (run_stop's SIGTERM, a SIGKILL from outside, ...)
 oom_killed  the OOM killer: the cgroup's oom_kill count rose or the kernel log names a run pid
+ended       its processes are gone and the exit status is unknown: an adopted run (the supervisor is not its
+            parent), or a detached process that was not the supervisor's to reap
 lost        the box rebooted (boot id changed), or the supervisor vanished without writing exit.json
 unreachable the box did not answer (decided on the caller's side, see tool.status_when_unreachable)
 =========== ==================================================================================
@@ -29,11 +33,11 @@ from typing import Literal
 
 from ..processes.fingerprint import boot_id
 from ..processes.snapshot import ZOMBIE, read_start_ticks, snapshot
-from .ledger import EXIT, STALL, SUPERVISOR, RunDir
+from .ledger import EXIT, LAUNCHER, STALL, SUPERVISOR, RunDir
 
-State = Literal["starting", "running", "stalled", "succeeded", "failed", "killed", "oom_killed", "lost",
+State = Literal["starting", "running", "stalled", "succeeded", "failed", "killed", "oom_killed", "ended", "lost",
                 "unreachable"]
-ENDED: frozenset[str] = frozenset({"succeeded", "failed", "killed", "oom_killed", "lost"})
+ENDED: frozenset[str] = frozenset({"succeeded", "failed", "killed", "oom_killed", "ended", "lost"})
 SUPERVISOR_START_GRACE_S = 15.0
 """How long a run may lack supervisor.json before it counts as lost (a loaded box starts Python slowly)."""
 
@@ -106,4 +110,18 @@ def classify(run: RunDir, now: float | None = None) -> Classified:
     stall = run.read(STALL)
     if stall is not None:
         return Classified("stalled", stall.get("detail", "no log growth"))
-    return Classified("running", "")
+    return Classified("running", launcher_detail(run))
+
+
+def launcher_detail(run: RunDir) -> str:
+    """``launcher exited with code 0; 1 process continues (python train.py)`` while a detached job runs."""
+    launcher = run.read(LAUNCHER)
+    if not launcher:
+        return ""
+    code, sig = launcher.get("exit_code"), launcher.get("signal")
+    how = f"with code {code}" if sig is None else f"by {signal_name(sig)}"
+    going = launcher.get("continuing") or []
+    commands = [c for c in launcher.get("commands") or [] if c]
+    example = f" ({commands[0][:120]})" if commands else ""
+    return (f"launcher exited {how}; {len(going)} process{'es continue' if len(going) != 1 else ' continues'}"
+            f"{example}")

@@ -1,4 +1,5 @@
-"""The run tools: ``run_start``, ``run_status``, ``run_logs``, ``run_stop``, ``run_list`` (``rgt run ...``).
+"""The run tools: ``run_start``, ``run_status``, ``run_logs``, ``run_stop``, ``run_list``, ``run_adopt``
+(``rgt run ...``).
 
 All are machine-facing (``remote=True``): with a ``host`` they run on that box over ssh, and all
 they look at is the box they run on. The run itself lives in a run directory on the box
@@ -14,27 +15,33 @@ import os
 import re
 import shlex
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
 from ..errors import InputError
 from ..models import EntryRef, StrictModel
-from ..processes.fingerprint import boot_id
+from ..notify import HELP as NOTIFY_HELP
+from ..notify import NotifyCommand
 from ..processes.safekill import KillReport, printable, safe_kill, target_table, whole_command
-from ..processes.snapshot import ZOMBIE, ProcessTable, read_start_ticks, snapshot
+from ..processes.snapshot import ZOMBIE, read_start_ticks, snapshot
 from ..tables import format_table, gib
 from ..toolspec import Progress, ToolSpec, cli_host_args
 from ..trainenv.find import ActivateText, PythonPath, TrainingEnv, activate_field
 from . import start as starting
+from .adopt import absolute_logs, resolve
+from .checkpoints import CheckpointOutlook, checkpoint_outlook
 from .gpu import GpuUse, default_backend, run_gpu_use
 from .hang import HangSummary, hang_summary
-from .ledger import EXIT, RUN_ID_PATTERN, STOP, SUPERVISOR, RunDir, list_runs, run_dir, write_json
+from .ledger import EXIT, RUN_ID_PATTERN, STOP, RunDir, list_runs, run_dir, write_json
+from .members import live_members
 from .placement import Placement, gpu_placement, placement_text, ranks_of
 from .progress import Progress as TrainingProgress
 from .progress import progress_of, read_tail
 from .states import ENDED, State, classify, signal_name
+from .watch import files_of_processes, followed, last_changes, recorded_files
 
 
 def _run_id_field() -> Any:
@@ -42,6 +49,28 @@ def _run_id_field() -> Any:
 
 
 Check = Literal["port", "gpus", "disk"]
+
+PidField = Annotated[int | None, Field(ge=1, le=4194304, description="A process started by hand (torchrun, python "
+                                       "train.py): it and its descendants; its log is found from the files it writes")]
+PatternField = Annotated[str | None, Field(min_length=2, max_length=200, description="A regular expression matched "
+                                           "against command lines, e.g. 'train.py --config big' (one job must match, "
+                                           "and the result shows the pids it resolved to; never used to stop "
+                                           "anything)")]
+LogsField = Annotated[list[str] | None, Field(min_length=1, max_length=16, description="Log files of a run started "
+                                              "by hand (absolute, ~ or relative to the home directory); alone they "
+                                              "find the process writing them, or say it has ended")]
+WatchField = Annotated[list[str] | None, Field(min_length=1, max_length=32, description="Files or globs (relative to "
+                                               "the run's working directory) where it writes its progress, e.g. "
+                                               "['runs/*/train.log']; files its processes hold open for writing are "
+                                               "followed too")]
+CheckpointDirField = Annotated[str | None, Field(min_length=1, max_length=4096, description="Where the run saves "
+                                                 "checkpoints (relative to its working directory): run_status and "
+                                                 "box_idle then say whether the night's saves fit (space, inodes, "
+                                                 "tmpfs, the provider's volume, integrity)")]
+SaveEveryField = Annotated[int | None, Field(ge=1, le=10**9, description="The save interval in steps (default: read "
+                                             "from the step numbers of its checkpoints)")]
+KeepLastField = Annotated[int | None, Field(ge=1, le=10**6, description="How many checkpoints the run keeps (HF "
+                                            "save_total_limit); default: all are kept, the worst case")]
 
 
 # ================================================================== run_start
@@ -61,18 +90,22 @@ class RunStartInput(StrictModel):
                                        "e.g. {'CUDA_VISIBLE_DEVICES': '0,1', 'NCCL_DEBUG': 'WARN'}")
     name: str | None = Field(None, min_length=1, max_length=40, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
                              description="A short label, part of the run_id")
-    notify: list[str] | None = Field(None, min_length=1, max_length=64, description="A command (argv list, never "
-                                     "a shell string) the supervisor runs once when the run ends, fails, is "
-                                     "OOM-killed or stalls, with RGT_RUN_ID, RGT_RUN_STATE, RGT_RUN_DIAGNOSIS and "
-                                     "RGT_RUN_DIR set, e.g. ['curl', '-fsS', '-d', '@-', 'https://ntfy.sh/mytopic']")
+    notify: NotifyCommand | None = Field(None, min_length=1, max_length=64, description=NOTIFY_HELP + ". The "
+                                         "supervisor runs it once when the run ends, fails, is OOM-killed or stalls, "
+                                         "with RGT_RUN_ID, RGT_RUN_STATE, RGT_RUN_DIAGNOSIS and RGT_RUN_DIR set too")
     gpus: list[int] | None = Field(None, max_length=1024, description="GPU indices the run uses (default: "
                                    "CUDA_VISIBLE_DEVICES from env, else all); checked for other VRAM holders")
     allow_shared_gpus: bool = Field(False, description="Start even when another process or another of our runs "
                                     "holds those GPUs")
     port: int | None = Field(None, ge=1, le=65535, description="Rendezvous port to check is free (default: from "
                              "--master-port/--master_port/--rdzv-endpoint/MASTER_PORT; 29500 for torchrun)")
-    stall_after_s: float = Field(900.0, ge=1, le=7 * 86400, description="No log output (and idle GPUs, where NVML "
-                                 "can tell) for this long counts as stalled")
+    stall_after_s: float = Field(900.0, ge=1, le=7 * 86400, description="No change in any progress file (its log, "
+                                 "the watch files, files it writes) for this long, with stacks that do not move, "
+                                 "counts as stalled; GPU load is not used (a hung collective spins at 100 %)")
+    watch: WatchField = None
+    checkpoint_dir: CheckpointDirField = None
+    save_every_steps: SaveEveryField = None
+    keep_last: KeepLastField = None
     skip_checks: list[Check] = Field(default_factory=list, description="Quick checks not to run: port, gpus, disk")
     min_free_disk_gib: float = Field(1.0, ge=0, le=100000, description="Free space needed on cwd and the runs "
                                      "directory")
@@ -149,7 +182,10 @@ def run_start(args: RunStartInput, progress: Progress) -> RunStarted:
     progress(1, 3, "starting the supervisor")
     run = starting.create_run(argv=argv, cwd=cwd, env_added=env, name=args.name, notify=args.notify, gpus=gpus,
                               port=port, stall_after_s=args.stall_after_s, checks=checks, rank_hook=args.rank_hook,
-                              flight_recorder=args.flight_recorder, activation=training.activation if training else {})
+                              flight_recorder=args.flight_recorder, activation=training.activation if training else {},
+                              extra={"watch": args.watch, "checkpoint_dir": args.checkpoint_dir and str(
+                                  cwd / os.path.expanduser(args.checkpoint_dir)),
+                                     "save_every_steps": args.save_every_steps, "keep_last": args.keep_last})
     starting.launch_supervisor(run)
     meta = starting.wait_started(run)
     status = classify(run)
@@ -187,33 +223,9 @@ class RunProcess(StrictModel):
 
 
 def run_pids(run: RunDir, meta: dict[str, Any] | None = None) -> list[int]:
-    """The run's live processes: its process group and every descendant of its training process and
-    of the group's members (a worker that called setsid stays found). Never the supervisor."""
-    meta = meta if meta is not None else run.meta()
-    pid, pgid, ticks = meta.get("pid"), meta.get("pgid"), meta.get("start_ticks")
-    if not pid or meta.get("boot_id") != boot_id():
-        return []
-    table = ProcessTable.read()
-    found: set[int] = set()
-    if read_start_ticks(pid) == ticks:
-        found.add(pid)
-    for other in table.parent:
-        try:
-            same_group = os.getpgid(other) == pgid
-        except OSError:
-            continue
-        if same_group and ticks is not None and (started := read_start_ticks(other)) is not None and started >= ticks:
-            found.add(other)
-    for member in list(found):
-        found.update(table.descendants(member))
-    supervisor = (run.read(SUPERVISOR) or {}).get("pid")
-    found.discard(supervisor)
-    live = []
-    for candidate in sorted(found):
-        info = snapshot(candidate)
-        if info is not None and info.status != ZOMBIE:
-            live.append(candidate)
-    return live
+    """The run's live processes (members.py: its session, its group, what the supervisor recorded and their
+    descendants, so a detached or setsid'd job stays found). Never the supervisor."""
+    return live_members(run, meta if meta is not None else run.meta())
 
 
 def describe_processes(pids: list[int]) -> list[RunProcess]:
@@ -226,14 +238,83 @@ def describe_processes(pids: list[int]) -> list[RunProcess]:
     return rows
 
 
+# ================================================================== where progress is read
+
+
+class WatchedFile(StrictModel):
+    path: str
+    source: str = Field(description="Why it is followed: the run's stdout, a watch glob, given, written by pid N")
+    idle_s: float | None = Field(None, description="Seconds since it last changed (null: missing)")
+
+
+@dataclass
+class FilesView:
+    follows: str | None
+    quiet_s: float | None
+    rows: list[WatchedFile]
+
+
+def files_view(files: dict[str, str]) -> FilesView:
+    """Which file is followed (the text log that changed last) and how long every progress file has been quiet."""
+    changes = last_changes(files)
+    now = time.time()
+    rows = [WatchedFile(path=path, source=source, idle_s=round(max(0.0, now - changes[path]), 1)
+                        if path in changes else None) for path, source in list(files.items())[:64]]
+    quiet = max(0.0, now - max(changes.values())) if changes else None
+    return FilesView(followed(changes), quiet, rows)
+
+
+def progress_from(*logs: Path | str | None) -> TrainingProgress | None:
+    """Progress from the first log that shows some (the followed file, then the run's own log)."""
+    parsed = None
+    for log in logs:
+        if log is None:
+            continue
+        parsed = progress_of(Path(log))
+        if parsed.step is not None or parsed.loss is not None:
+            return parsed
+    return parsed
+
+
 # ================================================================== run_status
 
 
-class RunStatusInput(StrictModel):
-    run_id: str = _run_id_field()
+HAND_TARGET = ("For a run started by hand (not by run_start or run_adopt): give pid, pattern (a regular expression "
+               "matched against command lines; the result shows the pids it resolved to) or logs")
+
+
+class RunTarget(StrictModel):
+    """Which run a reading tool is about: one of ours by run_id, or one started by hand."""
+
+    run_id: str | None = Field(None, pattern=RUN_ID_PATTERN, max_length=96, description="The run_id that run_start "
+                               "or run_adopt returned. " + HAND_TARGET + " instead.")
+    pid: PidField = None
+    pattern: PatternField = None
+    logs: LogsField = None
+
+    @model_validator(mode="after")
+    def _one_target(self) -> RunTarget:
+        given = [name for name in ("run_id", "pid", "pattern") if getattr(self, name) is not None]
+        if len(given) > 1 or (self.run_id is not None and self.logs) or not (given or self.logs):
+            raise ValueError("give run_id (a run started by run_start or run_adopt), or pid, pattern or logs (a run "
+                             "started by hand)")
+        return self
+
+
+class RunStatusInput(RunTarget):
+    stall_after_s: float = Field(900.0, ge=1, le=7 * 86400, description="For pid/pattern/logs: no change in its "
+                                 "log files for this long counts as stalled")
+    checkpoint_dir: CheckpointDirField = None
+    save_every_steps: SaveEveryField = None
+    keep_last: KeepLastField = None
+    horizon_hours: float = Field(8.0, gt=0, le=24 * 14, description="How far ahead the checkpoint outlook looks "
+                                 "(e.g. until morning); the run's ETA if sooner")
+    load_test: bool = Field(False, description="Also torch.load the newest checkpoint under the run's own python "
+                            "(slow for a big checkpoint; the header check always runs)")
     provider: str | None = Field(None, min_length=1, max_length=40, description="The box's provider (runpod, "
-                                 "vastai, lambda, ...). Only used when the box cannot be reached, to say what is "
-                                 "likely (a spot preemption, a stopped pod); guessed from the host name otherwise.")
+                                 "vastai, lambda, ...). Used when the box cannot be reached, to say what is likely "
+                                 "(a spot preemption, a stopped pod), and for its durable volume path; detected "
+                                 "otherwise.")
 
 
 class DiagnosisRow(StrictModel):
@@ -252,14 +333,20 @@ class Notification(StrictModel):
     at: float
     exit_code: int | None = None
     error: str | None = None
+    message: str | None = Field(None, description="The message the notify command was given")
 
 
 class RunStatus(StrictModel):
-    run_id: str
+    run_id: str | None = Field(description="null for a run started by hand that was not adopted")
     state: State
     detail: str
     name: str | None = None
+    adopted: bool = Field(False, description="A run started by hand and watched since run_adopt")
+    pattern: str | None = None
+    resolved_pids: list[int] = Field(default_factory=list, description="The pids pid/pattern/logs resolved to")
     exit_code: int | None = None
+    exit_status_known: bool | None = Field(None, description="False: the process was not the supervisor's child "
+                                           "(adopted, started by hand), so its exit code could not be read")
     signal: int | None = None
     signal_name: str | None = None
     started_at: float | None = Field(None, description="Unix time the training process started")
@@ -267,11 +354,14 @@ class RunStatus(StrictModel):
     runtime_s: float | None = None
     pid: int | None = None
     command: str | None = None
-    log: str | None = Field(None, description="Path of the log on the box")
+    log: str | None = Field(None, description="Path of the run's own log (stdout and stderr) on the box")
     log_bytes: int | None = None
-    log_idle_s: float | None = Field(None, description="Seconds since the log last changed")
+    follows: str | None = Field(None, description="The file progress and stalls are read from: the text log that "
+                                "changed last among its log, the watch files and files its processes write")
+    files: list[WatchedFile] = Field(default_factory=list, description="Every progress file and how long it is quiet")
+    log_idle_s: float | None = Field(None, description="Seconds since any progress file last changed")
     stall_after_s: float | None = None
-    progress: TrainingProgress | None = Field(None, description="Parsed from the last 64 KiB of the log only")
+    progress: TrainingProgress | None = Field(None, description="Parsed from the last 64 KiB of the followed file")
     processes: list[RunProcess] = Field(default_factory=list, description="The run's live processes")
     gpu: list[GpuUse] = Field(default_factory=list, description="NVML: VRAM of the run's own pids, their GPUs' use")
     gpu_note: str | None = None
@@ -283,15 +373,17 @@ class RunStatus(StrictModel):
                                      "the supervisor took at the stall), and torchrun's first failure")
     placement: Placement | None = Field(None, description="NVML: each rank's GPUs, GPUs shared by two ranks, visible "
                                         "GPUs no rank uses, how busy each is")
+    checkpoints: CheckpointOutlook | None = Field(None, description="Will the saves before the horizon fit: free "
+                                                  "space and inodes, tmpfs, the provider's volume, integrity")
     next_step: str
     entry: EntryRef | None = Field(None, description="The catalog entry explaining this state")
 
 
-def _diagnosis(run: RunDir) -> list[DiagnosisRow]:
+def _diagnosis(*logs: Path | str | None) -> list[DiagnosisRow]:
     from ..diagnose import diagnose
 
-    text, _size = read_tail(run.log, 256 * 1024)
-    out = diagnose(text, max_results=3)
+    parts = [read_tail(Path(log), 256 * 1024)[0] for log in logs if log is not None]
+    out = diagnose("\n".join(parts), max_results=3)
     return [DiagnosisRow(id=m.id, file=m.file, title=m.title, evidence=m.evidence,
                          line=m.line.text[:300] if m.line else None, short_fix=m.short_fix, tool_call=m.tool_call)
             for m in out.matches]
@@ -308,44 +400,118 @@ NEXT_STEP = {
     "killed": "Ended by a signal: if nobody stopped it on purpose, check who could have, and the kernel log "
               "(MON-16).",
     "oom_killed": "Host memory ran out (MON-13): fewer DataLoader workers, smaller batch, or more RAM.",
+    "ended": "Its processes are gone and nobody could read the exit status (MON-17): the diagnosis of the log's "
+             "tail and its last lines (run_logs) say whether it finished or failed; check the checkpoints.",
     "lost": "The box rebooted or the supervisor died (MON-15): check whether the training process still runs "
             "(processes), and resume from the last checkpoint.",
 }
+HAND_NEXT = {"running": "Started by hand: run_adopt(pid=...) records it so notify and the idle guard cover it.",
+             "stalled": "run_stacks(pid=...) shows where it is stuck (needs py-spy for a run we did not start); "
+                        "run_logs(pid=...) the end of its log (MON-14)."}
 
 
-ENTRY_OF_STATE = {"oom_killed": "MON-13", "stalled": "MON-14", "lost": "MON-15", "killed": "MON-16"}
+ENTRY_OF_STATE = {"oom_killed": "MON-13", "stalled": "MON-14", "lost": "MON-15", "killed": "MON-16",
+                  "ended": "MON-17"}
+
+
+def _entry_of(state: str) -> EntryRef | None:
+    entry = ENTRY_OF_STATE.get(state)
+    return EntryRef(file="references/monitoring_patterns.md", id=entry) if entry else None
+
+
+def _outlook(args: RunStatusInput, meta: dict[str, Any], progress_now: TrainingProgress | None,
+             python: str | None) -> CheckpointOutlook | None:
+    folder = args.checkpoint_dir or meta.get("checkpoint_dir")
+    if not folder:
+        return None
+    path = Path(os.path.expanduser(folder))
+    if not path.is_absolute():
+        path = Path(meta.get("cwd") or Path.home()) / path
+    return checkpoint_outlook(path, progress=progress_now, horizon_s=args.horizon_hours * 3600,
+                              save_every_steps=args.save_every_steps or meta.get("save_every_steps"),
+                              keep_last=args.keep_last or meta.get("keep_last"), provider=args.provider,
+                              python=python, load_test=args.load_test)
+
+
+def _gpu(pids: list[int]) -> tuple[list[GpuUse], str | None, Placement | None]:
+    if not pids:
+        return [], None, None
+    backend = default_backend()
+    rows, note = run_gpu_use(set(pids), backend)
+    return rows, note, gpu_placement(*ranks_of(pids), backend)
 
 
 def run_status(args: RunStatusInput, progress: Progress) -> RunStatus:
+    if args.run_id is None:
+        return hand_status(args)
     run = run_dir(args.run_id)
     meta = run.meta()
     status = classify(run)
     ended = run.read(EXIT) or {}
     try:
-        stat = run.log.stat()
-        size, idle = stat.st_size, max(0.0, time.time() - stat.st_mtime)
+        size = run.log.stat().st_size
     except OSError:
-        size = idle = None
+        size = None
+    view = files_view(recorded_files(run))
     pids = run_pids(run, meta)
-    backend = default_backend() if pids else None
-    gpu_rows, gpu_note = run_gpu_use(set(pids), backend) if pids else ([], None)
-    placement = gpu_placement(*ranks_of(pids), backend) if pids else None
-    started, end = meta.get("started_at"), ended.get("ended_at")
+    gpu_rows, gpu_note, placement = _gpu(pids)
+    started, end = meta.get("started_at") or meta.get("created_at"), ended.get("ended_at")
     runtime = (end or time.time()) - started if started else None
     notes = [Notification(**{k: n.get(k) for k in Notification.model_fields}) for n in run.notifications()
              if isinstance(n.get("event"), str)]
+    trained = progress_from(view.follows, run.log)
+    logs = [p for p in (view.follows, None if meta.get("adopted") else run.log) if p]
     return RunStatus(
         run_id=run.run_id, state=status.state, detail=status.detail, name=meta.get("name"),
-        exit_code=status.exit_code, signal=status.signal, signal_name=signal_name(status.signal),
-        started_at=started, ended_at=end, runtime_s=round(runtime, 1) if runtime is not None else None,
-        pid=meta.get("pid"), command=shlex.join(meta.get("argv", []))[:1000], log=str(run.log), log_bytes=size,
-        log_idle_s=round(idle, 1) if idle is not None else None, stall_after_s=meta.get("stall_after_s"),
-        progress=progress_of(run.log), processes=describe_processes(pids), gpu=gpu_rows, gpu_note=gpu_note,
-        diagnosis=_diagnosis(run) if status.state in ("failed", "oom_killed", "lost") else [],
-        oom=ended.get("oom"), notifications=notes, next_step=NEXT_STEP.get(status.state, ""), placement=placement,
-        hang=hang_summary(run, status.state, read_tail(run.log, 64 * 1024)[0]),
-        entry=EntryRef(file="references/monitoring_patterns.md", id=ENTRY_OF_STATE[status.state])
-        if status.state in ENTRY_OF_STATE else None)
+        adopted=bool(meta.get("adopted")), exit_code=status.exit_code, exit_status_known=ended.get(
+            "exit_status_known", True if ended else None), signal=status.signal,
+        signal_name=signal_name(status.signal), started_at=started, ended_at=end,
+        runtime_s=round(runtime, 1) if runtime is not None else None, pid=meta.get("pid"),
+        command=shlex.join(meta.get("argv", []))[:1000], log=None if meta.get("adopted") else str(run.log),
+        log_bytes=size, follows=view.follows, files=view.rows,
+        log_idle_s=round(view.quiet_s, 1) if view.quiet_s is not None else None,
+        stall_after_s=meta.get("stall_after_s"), progress=trained, processes=describe_processes(pids), gpu=gpu_rows,
+        gpu_note=gpu_note, diagnosis=_diagnosis(*logs) if status.state in ("failed", "oom_killed", "lost", "ended")
+        else [], oom=ended.get("oom"), notifications=notes, next_step=NEXT_STEP.get(status.state, ""),
+        placement=placement, hang=hang_summary(run, status.state, read_tail(run.log, 64 * 1024)[0]),
+        checkpoints=_outlook(args, meta, trained, meta.get("python_exe")), entry=_entry_of(status.state))
+
+
+def hand_status(args: RunStatusInput) -> RunStatus:
+    """A run started by hand: state from its process, progress and stall from its newest log (module adopt.py)."""
+    from .supervisor import python_of
+
+    target = resolve(args.pid, args.pattern, args.logs)
+    pids = target.pids()
+    files = {path: "given" for path in target.logs}
+    for path, source in files_of_processes(pids).items():
+        files.setdefault(path, source)
+    view = files_view(files)
+    follows = view.follows or (target.logs[0] if target.logs else None)
+    where = follows or "no log (it writes no regular file; give logs=[...])"
+    if pids and view.quiet_s is not None and view.quiet_s >= args.stall_after_s:
+        state: State = "stalled"
+        detail = (f"no progress in {where} for {view.quiet_s:.0f} s (threshold {args.stall_after_s:g} s); started "
+                  "by hand, so no stacks were taken: run_stacks(pid=...)")
+    elif pids:
+        state, detail = "running", f"started by hand; progress read from {where}"
+    else:
+        state = "ended"
+        detail = (f"no process writes {where} any more; exit status unknown: it was not started by run_start, so "
+                  "no parent recorded it")
+    root = target.root if pids else None
+    info = snapshot(root) if root else None
+    gpu_rows, gpu_note, placement = _gpu(pids)
+    trained = progress_from(follows)
+    return RunStatus(
+        run_id=None, state=state, detail=detail, pattern=target.pattern, resolved_pids=pids[:1] if root else [],
+        exit_status_known=False if not pids else None, started_at=info.create_time if info else None,
+        pid=root, command=printable(info.command)[:1000] if info else None, follows=follows, files=view.rows,
+        log_idle_s=round(view.quiet_s, 1) if view.quiet_s is not None else None, stall_after_s=args.stall_after_s,
+        progress=trained, processes=describe_processes(pids), gpu=gpu_rows, gpu_note=gpu_note, placement=placement,
+        diagnosis=_diagnosis(follows) if state in ("ended", "stalled") and follows else [],
+        next_step=HAND_NEXT.get(state, NEXT_STEP["ended"]), entry=_entry_of(state),
+        checkpoints=_outlook(args, {}, trained, python_of(root) if root else None))
 
 
 def _ago(timestamp: float | None) -> str:
@@ -355,18 +521,25 @@ def _ago(timestamp: float | None) -> str:
 
 
 def render_status(status: RunStatus) -> str:
-    head = f"run {status.run_id}: {status.state.upper()}"
+    who = f"run {status.run_id}" if status.run_id else (
+        f"pid {status.pid}" if status.pid else "a run started by hand")
+    head = f"{who}: {status.state.upper()}"
     if status.detail:
         head += f" — {status.detail}"
     lines = [head]
+    if status.pattern:
+        lines.append(f"pattern {status.pattern!r} resolved to pid(s) {', '.join(map(str, status.resolved_pids))}")
     if status.command:
         lines.append(f"command: {status.command}")
     facts = [f"started {_ago(status.started_at)}"]
     if status.runtime_s is not None:
         facts.append(f"runtime {status.runtime_s:.0f} s")
     if status.log_idle_s is not None:
-        facts.append(f"log idle {status.log_idle_s:.0f} s")
+        facts.append(f"quiet {status.log_idle_s:.0f} s")
     lines.append(" · ".join(facts))
+    if status.follows:
+        lines.append(f"follows: {status.follows}" + (f" (+{len(status.files) - 1} other file(s))"
+                                                     if len(status.files) > 1 else ""))
     p = status.progress
     if p and (p.step is not None or p.loss is not None):
         parts = [f"step {p.step}" + (f"/{p.total} ({p.percent} %)" if p.total else "") if p.step is not None else "",
@@ -384,6 +557,8 @@ def render_status(status: RunStatus) -> str:
             lines.append(f"GPU {row.gpu}: pid {row.pid} holds {gib(row.used_bytes, 1)}{util}")
     if status.hang:
         lines.append(f"where: {status.hang.verdict}")
+    if status.checkpoints:
+        lines.append(f"checkpoints: {status.checkpoints.verdict} — {status.checkpoints.summary}")
     for d in status.diagnosis[:3]:
         lines.append(f"diagnosis: {d.id} — {d.title} ({d.evidence}): {d.short_fix}")
     for n in status.notifications:
@@ -403,7 +578,7 @@ def status_when_unreachable(args: RunStatusInput, error: Exception) -> RunStatus
     message = str(getattr(error, "message", "") or error)
     likely = _likely_cause(args.provider, host)
     return RunStatus(run_id=args.run_id, state="unreachable", detail=f"{host or 'the box'} did not answer: {message}",
-                     next_step=likely)
+                     pid=args.pid, pattern=args.pattern, next_step=likely)
 
 
 def _likely_cause(provider: str | None, host: str) -> str:
@@ -433,8 +608,9 @@ def _likely_cause(provider: str | None, host: str) -> str:
 # ================================================================== run_logs
 
 
-class RunLogsInput(StrictModel):
-    run_id: str = _run_id_field()
+class RunLogsInput(RunTarget):
+    path: str | None = Field(None, min_length=1, max_length=4096, description="Which of the run's files to read "
+                             "(default: its own log, or the file it follows when that is empty; the first of logs)")
     lines: int = Field(50, ge=1, le=10000, description="How many of the last lines (when offset is not given)")
     offset: int | None = Field(None, ge=0, description="Read forward from this byte offset instead (the "
                                "next_offset of a previous call), to follow a log without repeats")
@@ -444,7 +620,8 @@ class RunLogsInput(StrictModel):
 
 
 class RunLogs(StrictModel):
-    run_id: str
+    run_id: str | None
+    path: str = Field(description="The file read")
     text: str
     lines: int
     start_offset: int = Field(description="Byte offset in the log where the scanned text starts")
@@ -466,19 +643,46 @@ def _read_range(path: Path, start: int, length: int) -> bytes:
         return b""
 
 
+def _log_to_read(args: RunLogsInput) -> tuple[str | None, Path]:
+    """(run_id, the file to read) for the target the caller named."""
+    if args.run_id is not None:
+        run = run_dir(args.run_id)
+        files = recorded_files(run)
+        if args.path:
+            wanted = str(Path(os.path.expanduser(args.path)).resolve())
+            if wanted not in files and wanted != str(run.log):
+                raise InputError("path", f"{args.path} is not one of run {run.run_id}'s files", allowed=list(files))
+            return run.run_id, Path(wanted)
+        own = run.log if not run.meta().get("adopted") else None
+        if own is not None and own.exists() and own.stat().st_size > 0:
+            return run.run_id, own
+        follows = files_view(files).follows
+        return run.run_id, Path(follows) if follows else run.log
+    target = resolve(args.pid, args.pattern, args.logs)
+    if args.path:
+        return None, Path(absolute_logs([args.path])[0])
+    if target.logs:
+        return None, Path(target.logs[0])
+    follows = files_view(files_of_processes(target.pids())).follows
+    if follows is None:
+        raise InputError("pid", "the process holds no regular file open for writing (its log may be a pipe or a "
+                         "terminal): give logs=[...]")
+    return None, Path(follows)
+
+
 def run_logs(args: RunLogsInput, progress: Progress) -> RunLogs:
-    run = run_dir(args.run_id)
+    run_id, log = _log_to_read(args)
     try:
         pattern = re.compile(args.grep) if args.grep else None
     except re.error as err:
         raise InputError("grep", f"not a valid regular expression: {err}") from None
     try:
-        size = run.log.stat().st_size
+        size = log.stat().st_size
     except OSError:
         size = 0
     if args.offset is not None:
         start = min(args.offset, size)
-        data = _read_range(run.log, start, args.max_bytes if pattern is None else GREP_SCAN_BYTES)
+        data = _read_range(log, start, args.max_bytes if pattern is None else GREP_SCAN_BYTES)
         cut = data.rfind(b"\n") + 1 if start + len(data) < size else len(data)
         data = data[:cut] if cut else data
         kept: list[str] = []
@@ -493,11 +697,11 @@ def run_logs(args: RunLogsInput, progress: Progress) -> RunLogs:
                 used += len(raw)
             consumed += len(raw)
         truncated = start + consumed < size
-        return RunLogs(run_id=run.run_id, text="".join(kept), lines=len(kept), start_offset=start,
+        return RunLogs(run_id=run_id, path=str(log), text="".join(kept), lines=len(kept), start_offset=start,
                        next_offset=start + consumed, size=size, truncated=truncated)
     window = GREP_SCAN_BYTES if pattern is not None else min(GREP_SCAN_BYTES, max(args.max_bytes * 4, 65536))
     start = max(0, size - window)
-    data = _read_range(run.log, start, window)
+    data = _read_range(log, start, window)
     if start > 0 and b"\n" in data:
         skip = data.index(b"\n") + 1
         data, start = data[skip:], start + skip
@@ -507,8 +711,8 @@ def run_logs(args: RunLogsInput, progress: Progress) -> RunLogs:
     while chosen and sum(len(x.encode()) + 1 for x in chosen) > args.max_bytes:
         chosen = chosen[1:]
     text = "\n".join(chosen) + ("\n" if chosen else "")
-    return RunLogs(run_id=run.run_id, text=text, lines=len(chosen), start_offset=start, next_offset=size, size=size,
-                   truncated=len(chosen) < len(lines))
+    return RunLogs(run_id=run_id, path=str(log), text=text, lines=len(chosen), start_offset=start, next_offset=size,
+                   size=size, truncated=len(chosen) < len(lines))
 
 
 def logical_lines_keep(text: str) -> list[str]:
@@ -519,7 +723,89 @@ def logical_lines_keep(text: str) -> list[str]:
 
 def render_logs(logs: RunLogs) -> str:
     more = f"\n[… more: offset {logs.next_offset}]" if logs.truncated else ""
-    return logs.text.rstrip("\n") + more + f"\n[log {logs.size} bytes; next_offset {logs.next_offset}]"
+    return logs.text.rstrip("\n") + more + f"\n[{logs.path}: {logs.size} bytes; next_offset {logs.next_offset}]"
+
+
+# ================================================================== run_adopt
+
+
+class RunAdoptInput(StrictModel):
+    pid: PidField = None
+    pattern: PatternField = None
+    logs: LogsField = None
+    watch: WatchField = None
+    name: str | None = Field(None, min_length=1, max_length=40, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+                             description="A short label, part of the run_id")
+    notify: NotifyCommand | None = Field(None, min_length=1, max_length=64, description=NOTIFY_HELP + ". Run when "
+                                         "it stalls and when it ends (exit status unknown: not our child)")
+    stall_after_s: float = Field(900.0, ge=1, le=7 * 86400, description="No change in its log files for this long, "
+                                 "with stacks that do not move, counts as stalled")
+    checkpoint_dir: CheckpointDirField = None
+    save_every_steps: SaveEveryField = None
+    keep_last: KeepLastField = None
+
+    @model_validator(mode="after")
+    def _one_target(self) -> RunAdoptInput:
+        if (self.pid is None) == (self.pattern is None):
+            raise ValueError("give exactly one of pid or pattern (the job to adopt)")
+        return self
+
+
+class RunAdopted(StrictModel):
+    run_id: str
+    state: State
+    detail: str
+    pid: int
+    resolved_pids: list[int] = Field(description="The pids pid/pattern resolved to (the root and its descendants)")
+    command: str
+    cwd: str | None
+    follows: str | None = Field(description="The log it writes that the supervisor follows (it keeps looking)")
+    run_dir: str
+    next_step: str
+
+
+def run_adopt(args: RunAdoptInput, progress: Progress) -> RunAdopted:
+    from .supervisor import python_of
+
+    target = resolve(args.pid, args.pattern, args.logs)
+    if target.root is None:
+        raise InputError("pid", "nothing to adopt: no process runs")
+    root = target.root
+    for run in list_runs():
+        meta = run.meta()
+        if classify(run).state not in ENDED and root in run_pids(run, meta):
+            raise InputError("pid", f"pid {root} already belongs to run {run.run_id}: use run_status(run_id=...)")
+    info = snapshot(root)
+    assert info is not None
+    try:
+        cwd = Path(os.readlink(f"/proc/{root}/cwd"))
+    except OSError:
+        cwd = Path.home()
+    pids = target.pids()
+    folder = args.checkpoint_dir and str(cwd / os.path.expanduser(args.checkpoint_dir))
+    progress(0, 2, f"adopting pid {root}")
+    run = starting.create_run(
+        argv=list(info.cmdline), cwd=cwd, env_added={}, name=args.name, notify=args.notify, gpus=None, port=None,
+        stall_after_s=args.stall_after_s, checks={}, rank_hook=False,
+        extra={"adopted": True, "pid": root, "start_ticks": read_start_ticks(root), "pgid": None,
+               "started_at": info.create_time, "logs": target.logs, "watch": args.watch, "checkpoint_dir": folder,
+               "save_every_steps": args.save_every_steps, "keep_last": args.keep_last,
+               "python_exe": python_of(root)})
+    starting.launch_supervisor(run)
+    starting.wait_started(run)
+    status = classify(run)
+    follows = files_view({**{p: "given" for p in target.logs}, **files_of_processes(pids)}).follows
+    return RunAdopted(run_id=run.run_id, state=status.state, detail=status.detail, pid=root, resolved_pids=pids,
+                      command=printable(info.command)[:1000], cwd=str(cwd), follows=follows, run_dir=str(run.path),
+                      next_step=f"run_status(run_id={run.run_id!r}) from now on; the idle guard counts it as a run; "
+                                "its exit status will be unknown (the supervisor is not its parent).")
+
+
+def render_adopted(result: RunAdopted) -> str:
+    return "\n".join([f"adopted pid {result.pid} as run {result.run_id}: {result.state}"
+                      + (f" ({result.detail})" if result.detail else ""),
+                      f"command: {result.command}", f"follows: {result.follows or 'no log yet (it keeps looking)'}",
+                      f"next: {result.next_step}"])
 
 
 # ================================================================== run_stop
@@ -657,41 +943,61 @@ def render_list(result: RunList) -> str:
 
 SPECS = [
     ToolSpec(
-        name="run_start", cli="run start", remote=True, cli_positional="argv",
+        name="run_start", cli="run start", remote=True, cli_positional="argv", cli_command_flags=("notify",),
         title="Start a training run detached on the box",
         description=(
             "Start a training command on the box so that it survives the ssh connection dropping and the agent "
-            "exiting: own session and process group, stdin from /dev/null, output to a log, watched by a small "
-            "supervisor that records argv, cwd, env added, pid, boot id, git commit and at the end the exit "
-            "status or signal, OOM evidence, and runs your notify command on end/failure/OOM/stall. Give argv "
-            "(a list) or command (the line render_launch printed; never run through a shell). It runs in the "
-            "training environment: python= or activate= as given, else on a box the one found (the command's own "
-            "interpreter or launch script, the login shell's PATH, ~/venvs/*, conda), its bin/ first on PATH, "
-            "named in training_env. Quick checks "
+            "exiting: own process group, stdin from /dev/null, output to a log, watched by a small supervisor "
+            "(a subreaper: a launcher that backgrounds its job with nohup/setsid and exits is followed until the "
+            "job ends, with its exit code) that records argv, cwd, env added, pid, boot id, git commit and at the "
+            "end the exit status or signal and OOM evidence. Progress is read from the run's log, the watch "
+            "files/globs and every file its processes write; no progress for stall_after_s (with stacks that do "
+            "not move; GPU load is not used) is a stall. notify runs your command (argv or one string, never a "
+            "shell; {message} {state} {run_id} {host} {step} filled in) on end/failure/OOM/stall. Give argv (a "
+            "list) or command (the line render_launch printed). It runs in the training environment: python= or "
+            "activate= as given, else on a box the one found (the command's own interpreter or launch script, the "
+            "login shell's PATH, ~/venvs/*, conda), its bin/ first on PATH, named in training_env. Quick checks "
             "first: the rendezvous port is free, no other process or run of ours holds VRAM on its GPUs "
-            "(allow_shared_gpus overrides), enough free disk. Returns run_id for run_status/run_logs/run_stop. "
-            "It starts a job that uses (and bills) the GPUs."),
+            "(allow_shared_gpus overrides), enough free disk. "
+            "With checkpoint_dir, run_status and box_idle say whether the night's saves fit. Returns run_id for "
+            "run_status/run_logs/run_stop. It starts a job that uses (and bills) the GPUs."),
         input_model=RunStartInput, output_model=RunStarted, run=run_start, read_only=False, destructive=False,
         idempotent=False, open_world=True, render_text=render_started),
     ToolSpec(
         name="run_status", cli="run status", remote=True, cli_positional="run_id",
-        title="How is the run going? Why did it end?",
+        title="How is the run going? Why did it end? (ours, or one started by hand)",
         description=(
             "Read-only. One state: starting, running, stalled, succeeded, failed (exit code), killed (signal), "
-            "oom_killed (cgroup/kernel OOM killer), lost (box rebooted or supervisor gone) or unreachable (the box "
-            "did not answer; says what the provider makes likely). Progress (step/total, loss, throughput, ETA) "
-            "from the log's last 64 KiB (HF Trainer, tqdm/Accelerate, Lightning, torchtitan, plain 'step N loss "
-            "X'), the run's processes, their VRAM and GPU use (NVML), diagnose_error's top entries on failure, "
-            "and the notifications sent."),
+            "oom_killed (cgroup/kernel OOM killer), ended (gone, exit status unknown: adopted or started by hand), "
+            "lost (box rebooted or supervisor gone) or unreachable (the box did not answer; says what the provider "
+            "makes likely). Progress (step/total, loss, throughput, ETA) from the last 64 KiB of the file it "
+            "follows (its log, watch files, files it writes; HF Trainer, tqdm/Accelerate, Lightning, torchtitan, "
+            "plain 'step N loss X'), the run's processes, their VRAM and GPU use (NVML), diagnose_error's top "
+            "entries when it failed or ended, the notifications sent, and with a checkpoint folder whether the "
+            "saves before morning fit (space, inodes, tmpfs, the provider's volume, header integrity). For a run "
+            "started by hand: pid, pattern (shown resolved to pids; never used to stop) or logs instead of run_id."),
         input_model=RunStatusInput, output_model=RunStatus, run=run_status, read_only=True, idempotent=True,
         render_text=render_status, unreachable=status_when_unreachable),
+    ToolSpec(
+        name="run_adopt", cli="run adopt", remote=True, cli_command_flags=("notify",),
+        title="Watch a run started by hand: stalls, its end, notify, the idle guard",
+        description=(
+            "For a job the user started by hand (nohup, tmux, a notebook terminal): records it in the box's run "
+            "ledger with a supervisor that follows it (its log files and every file it writes), declares a stall "
+            "from file progress, runs the notify command on a stall and at the end, and lets box_idle and "
+            "idle_guard count it as a run. Give pid, or a pattern matching exactly one job's command line. Its "
+            "exit status stays unknown (the supervisor is not its parent): the end state is 'ended' with the "
+            "diagnosis of its log. Returns a run_id for run_status, run_logs, run_stop (with a confirm token)."),
+        input_model=RunAdoptInput, output_model=RunAdopted, run=run_adopt, read_only=False, destructive=False,
+        idempotent=False, render_text=render_adopted),
     ToolSpec(
         name="run_logs", cli="run logs", remote=True, cli_positional="run_id",
         title="The run's log: last lines, or from an offset, optionally filtered",
         description=(
             "Read-only. The last N lines of a run's log (tqdm redraws collapsed), or the text from a byte offset "
             "(follow a log with next_offset), optionally only lines matching a regex. Output bounded by "
-            "max_bytes; never reads more than 4 MiB."),
+            "max_bytes; never reads more than 4 MiB. The run's own log, or the file it follows when that is empty "
+            "(path= for another of its files); for a run started by hand: pid, pattern or logs."),
         input_model=RunLogsInput, output_model=RunLogs, run=run_logs, read_only=True, idempotent=True,
         render_text=render_logs),
     ToolSpec(

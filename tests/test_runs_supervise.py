@@ -1,0 +1,168 @@
+"""What the supervisor follows: watched files and files the run writes (progress), a launcher that detaches
+(`nohup … & exit 0`, a setsid'd child) with the exit codes it can know, and a stall decided from file progress
+whatever the GPU says. Real processes, RGT_RUNS_DIR in a temporary folder, short thresholds."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from remote_gpu_trainer.runs.ledger import RunDir
+from remote_gpu_trainer.runs.tool import SPECS
+
+TOOLS = {spec.name: spec for spec in SPECS}
+PY = sys.executable
+
+
+@pytest.fixture(autouse=True)
+def runs_dir(tmp_path, monkeypatch):
+    path = tmp_path / "runs-ledger"
+    monkeypatch.setenv("RGT_RUNS_DIR", str(path))
+    monkeypatch.delenv("RGT_HEALTH_FAKE", raising=False)
+    yield path
+    for meta in path.glob("*/meta.json"):
+        data = json.loads(meta.read_text())
+        for pid in [data.get("pgid"), *[m.get("pid") for m in _members(meta.parent)]]:
+            if pid:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+
+def _members(run: Path) -> list[dict]:
+    try:
+        return json.loads((run / "members.json").read_text()).get("members", [])
+    except (OSError, ValueError):
+        return []
+
+
+def call(tool: str, **arguments):
+    return TOOLS[tool].call(arguments)
+
+
+def wait_status(run_id: str, predicate, timeout_s: float = 40.0):
+    end = time.monotonic() + timeout_s
+    status = call("run_status", run_id=run_id)
+    while not predicate(status) and time.monotonic() < end:
+        time.sleep(0.2)
+        status = call("run_status", run_id=run_id)
+    assert predicate(status), status.model_dump_json(indent=1)[:3000]
+    return status
+
+
+def quiet_for(run_id: str, seconds: float) -> list[str]:
+    """Every state run_status reported over ``seconds`` (polled)."""
+    seen = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        seen.append(call("run_status", run_id=run_id).state)
+        time.sleep(0.25)
+    return seen
+
+
+LOGS_TO_A_FILE = """import os, sys, time
+os.makedirs("runs/exp1", exist_ok=True)
+with open("runs/exp1/train.log", "a") as log:
+    for step in range(1, {steps} + 1):
+        log.write(f"step {{step}}/{steps} loss {{1 / step:.3f}}\\n")
+        log.flush()
+        time.sleep(0.2)
+"""
+
+
+def test_a_watched_log_file_keeps_the_run_from_stalling_and_status_names_it(tmp_path):
+    started = call("run_start", argv=[PY, "-c", LOGS_TO_A_FILE.format(steps=40)], cwd=str(tmp_path),
+                   watch=["runs/*/train.log"], stall_after_s=1.5)
+    status = wait_status(started.run_id, lambda s: s.progress and (s.progress.step or 0) >= 3)
+    assert status.follows and status.follows.endswith("runs/exp1/train.log")
+    assert status.progress.total == 40
+    assert "stalled" not in quiet_for(started.run_id, 4.0)  # stdout is silent all along
+
+
+def test_a_file_the_run_holds_open_for_writing_counts_as_progress(tmp_path):
+    started = call("run_start", argv=[PY, "-c", LOGS_TO_A_FILE.format(steps=40)], cwd=str(tmp_path),
+                   stall_after_s=1.5)
+    status = wait_status(started.run_id, lambda s: (s.progress and (s.progress.step or 0) >= 3))
+    assert status.follows and status.follows.endswith("runs/exp1/train.log")
+    assert "stalled" not in quiet_for(started.run_id, 4.0)
+
+
+CHILD = """import sys, time
+print("child up", flush=True)
+steps = int(sys.argv[2])
+for step in range(1, steps + 1):
+    print(f"step {step}/{steps}", flush=True)
+    time.sleep(0.2)
+sys.exit(int(sys.argv[1]))
+"""
+
+
+def _launcher(tmp_path: Path, how: str, code: int, steps: int = 15) -> list[str]:
+    (tmp_path / "child.py").write_text(CHILD)
+    script = tmp_path / "launch.sh"
+    script.write_text(f"#!/bin/sh\n{how} {PY} child.py {code} {steps} > child.log 2>&1 &\necho launched\nexit 0\n")
+    script.chmod(0o755)
+    return [str(script)]
+
+
+@pytest.mark.parametrize("how", ["nohup", "setsid"])
+def test_a_launcher_that_backgrounds_its_job_is_followed_until_the_job_ends(tmp_path, how):
+    started = call("run_start", argv=_launcher(tmp_path, how, 5), cwd=str(tmp_path), watch=["child.log"])
+    status = wait_status(started.run_id, lambda s: "launcher exited" in s.detail)
+    assert status.state == "running" and "1 process continues" in status.detail
+    assert [p.command.split()[-3:-1] for p in status.processes] == [["child.py", "5"]]
+    final = wait_status(started.run_id, lambda s: s.state not in ("starting", "running"))
+    # the supervisor is the job's subreaper: it reaped the re-parented child and knows its exit code
+    assert (final.state, final.exit_code) == ("failed", 5), final.detail
+    assert "launcher exited with code 0" in final.detail
+
+
+def test_a_detached_job_that_succeeds_is_succeeded(tmp_path):
+    started = call("run_start", argv=_launcher(tmp_path, "nohup", 0), cwd=str(tmp_path))
+    wait_status(started.run_id, lambda s: s.state == "running" and "continues" in s.detail)
+    final = wait_status(started.run_id, lambda s: s.state not in ("starting", "running"))
+    assert (final.state, final.exit_code) == ("succeeded", 0)
+
+
+def test_a_stall_is_declared_from_file_progress_while_the_gpu_spins_at_full_load(tmp_path, monkeypatch):
+    """A rank hung in an NCCL collective keeps its GPU at 100 %: GPU load must not veto the stall."""
+    from remote_gpu_trainer.runs import gpu
+    from remote_gpu_trainer.runs.supervisor import StallWatch
+
+    run = RunDir(tmp_path)
+    (tmp_path / "log").write_text("step 1\n")
+    rank = subprocess.Popen(["sleep", "60"])  # stands for a rank spinning in a collective: alive, writing nothing
+    try:
+        busy = [gpu.GpuUse(gpu=0, pid=rank.pid, used_bytes=1 << 30, gpu_util_percent=100)]
+        monkeypatch.setattr(gpu, "run_gpu_use", lambda pids, backend=None, timeout_s=5.0: (busy, None))
+        watch = StallWatch(run, 0.3)
+        end = time.monotonic() + 10
+        began = False
+        while not began and time.monotonic() < end:
+            began = watch.check({rank.pid})
+            time.sleep(0.05)
+        assert began, "no stall while the log stayed still and the GPU read 100 %"
+    finally:
+        rank.kill()
+        rank.wait()
+
+
+def test_run_stop_reaches_a_job_its_launcher_detached_with_setsid(tmp_path):
+    """A setsid'd job leaves the launcher's session and group: run_stop still lists it, stops it, verifies."""
+    started = call("run_start", argv=_launcher(tmp_path, "setsid", 0, steps=600), cwd=str(tmp_path))
+    status = wait_status(started.run_id, lambda s: "continues" in s.detail)
+    child = status.processes[0].pid
+    dry = call("run_stop", run_id=started.run_id)
+    assert [t.pid for t in dry.kill.targets if t.action == "would_signal"] == [child]
+    stopped = call("run_stop", run_id=started.run_id, dry_run=False, confirm_token=dry.confirm_token, grace_s=5)
+    assert stopped.verified, stopped.summary
+    final = wait_status(started.run_id, lambda s: s.state not in ("starting", "running"))
+    assert final.state == "killed" and "run_stop" in final.detail
