@@ -51,7 +51,7 @@ def main() -> None:
     out.append("")
     out += block("pytest -m gpu tests/test_health_gpu.py (alone, first)", pytest_summary(
         read(work / "pytest_nvml" / "pytest.txt")))
-    out += block("pytest -m gpu tests/test_memory_gpu.py tests/test_repro.py", pytest_summary(
+    out += block("pytest -m gpu: memory, hang, runs, trainenv files", pytest_summary(
         read(work / "pytest_gpu" / "pytest.txt")))
     out += block("rgt health --expect-gpus N", read(work / "health" / "health.txt"))
     out += block("python bench/gpu_health.py --runs 7", read(work / "bench_health" / "bench.txt"))
@@ -73,7 +73,9 @@ def main() -> None:
     run = work / "supervised_run"
     out += block("supervised run: run status while training", tail(read(run / "run_status.txt"), 15))
     out += block("box_idle while it trains", tail(read(run / "idle_busy.txt"), 12))
-    out += block("bench/memory_accuracy.py", tail(read(work / "memory" / "memory_accuracy.txt"), 25))
+    out += block("bench/hf_memory_gpu.py: real Hugging Face classes vs rgt mem",
+                 tail(read(work / "hf_memory" / "hf_memory.txt"), 25))
+    out += block("evals/verify/_gpu_checks.py", read(work / "verify_gpu" / "verify.txt"))
     print("\n".join(out))
 
 

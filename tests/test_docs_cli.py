@@ -94,7 +94,7 @@ def _problems(spec, arguments: dict) -> list[str]:
 RGT = re.compile(r"`(rgt [^`<]+)`|^(rgt [^#\n]+?)\s*(?:#.*)?$", re.M)
 SAMPLES = {"HOST": ["gpu-box"], "RUN": ["run-1"], "ID": ["run-1"], "DIR": ["out"], "Q": ["what stops billing"],
            "PROVIDER": ["runpod"], "FILE": ["-"], "CASE": ["fp16_unscale"], "A": ["node1"], "B": ["node2"],
-           "CMD…": ["python", "train.py"], "HOST…": ["node1", "node2"]}
+           "CMD…": ["python", "train.py"], "HOST…": ["node1", "node2"], "PID": ["4242"]}
 
 
 def _variants(words: list[str]) -> list[list[str]]:
