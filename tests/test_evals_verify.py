@@ -88,11 +88,11 @@ def test_a_number_the_tool_does_not_give_fails(tmp_path: Path) -> None:
     root = _skill_copy(tmp_path)
     path = root / "references/training/oom-memory.md"
     text = path.read_text(encoding="utf-8")
-    assert "`total_bytes ≈ 41.8 GiB`" in text
-    path.write_text(text.replace("`total_bytes ≈ 41.8 GiB`", "`total_bytes ≈ 40.1 GiB`", 1), encoding="utf-8")
+    assert "`total_bytes ≈ 41.9 GiB`" in text
+    path.write_text(text.replace("`total_bytes ≈ 41.9 GiB`", "`total_bytes ≈ 40.1 GiB`", 1), encoding="utf-8")
     lines = verify.check_numbers(verify.load_entries(root, ["OOM-07"]))
     bad = [ln.text for ln in lines if not ln.ok]
-    assert len(bad) == 1 and "total_bytes ≈ 40.1 GiB" in bad[0] and "tool: 41.8 GiB" in bad[0]
+    assert len(bad) == 1 and "total_bytes ≈ 40.1 GiB" in bad[0] and "tool: 41.9 GiB" in bad[0]
     assert "does not state" in bad[0]  # and the prose no longer backs the figure
 
 
