@@ -109,7 +109,7 @@ def _wait_for(predicate, timeout_s: float) -> bool:
 
 
 def test_overnight_hang_error_and_success_are_notified_and_the_pod_is_stopped_after_the_idle_window(ssh_fleet):
-    from .test_box_runtime import _runtime_lacks
+    from .test_box_runtime import _failed_in_runtime
 
     nights = [_box(ssh_fleet, kind) for kind in ("hang", "error", "ok")]
     hang = nights[0]
@@ -117,7 +117,7 @@ def test_overnight_hang_error_and_success_are_notified_and_the_pod_is_stopped_af
         pytest.skip("the hang's checkpoint folder is a 1 MiB tmpfs: mounting it needs root")
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(hang.project / "ckpt")], check=True)
     try:
-        assert _runtime_lacks(ssh_fleet, hang.alias) == {"mcp", "torch"}
+        assert set(_failed_in_runtime(ssh_fleet, hang.alias, [], ["mcp", "torch"])) == {"mcp", "torch"}
         t0 = time.time()
         for night in nights:  # what the agent calls, through host
             extra = {"checkpoint_dir": "ckpt", "save_every_steps": 5} if night.kind == "hang" else {}

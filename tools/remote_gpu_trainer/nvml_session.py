@@ -241,6 +241,8 @@ class _Worker:
     def __init__(self, skip: dict[tuple[str, int | None], str]):
         import subprocess
 
+        from .processes.snapshot import HELPER_ENV
+
         self.page_file = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the worker; close())
         self.page_file.truncate(PROGRESS_SIZE)
         self.page = mmap.mmap(self.page_file.fileno(), PROGRESS_SIZE)
@@ -250,10 +252,13 @@ class _Worker:
         boot = ("import sys, json; sys.path[:0] = json.loads(sys.argv[1]); "
                 "from remote_gpu_trainer.nvml_worker import main; main()")
         skipped = [[name, index, why] for (name, index), why in skip.items()]
-        self.process = subprocess.Popen(  # -S: no site import; the paths come from this process
+        # -S: no site import; the paths come from this process. Its own session: it is this process's helper,
+        # not part of whatever job shares our session (a run supervisor counts its session's processes as the
+        # run's, runs/members.py). It still ends with us: it exits when its stdin closes.
+        self.process = subprocess.Popen(
             [sys.executable, "-S", "-c", boot, json.dumps(paths), str(self.page_file.fileno()), json.dumps(skipped)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, pass_fds=(self.page_file.fileno(),),
-            close_fds=True)
+            close_fds=True, start_new_session=True, env={**os.environ, HELPER_ENV: "nvml"})
         self.started = time.monotonic()
         self.ready_status: NvmlStatus | None = None
         self.timings: dict[str, float] = {}

@@ -98,6 +98,11 @@ def read_cmdline(pid: int) -> tuple[str, ...]:
     return tuple(arg.decode("utf-8", "surrogateescape") for arg in raw.rstrip(b"\0").split(b"\0")) if raw else ()
 
 
+HELPER_ENV = "RGT_HELPER"
+"""In the environment of a helper process the package starts for its own work (the NVML worker): a run supervisor
+adopts every orphan that reaches it as part of the run, and must never count its own helpers among them."""
+
+
 def read_environ(pid: int, names: tuple[str, ...]) -> dict[str, str]:
     """Selected variables of /proc/<pid>/environ (the environment the process started with); {} if unreadable."""
     try:

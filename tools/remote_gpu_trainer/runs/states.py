@@ -108,9 +108,22 @@ def classify(run: RunDir, now: float | None = None) -> Classified:
     if not meta.get("pid"):
         return Classified("starting", "the supervisor is starting the training process")
     stall = run.read(STALL)
-    if stall is not None:
+    if stall is not None and not progressed_since(run, stall):
         return Classified("stalled", stall.get("detail", "no log growth"))
     return Classified("running", launcher_detail(run))
+
+
+def progressed_since(run: RunDir, stall: dict) -> bool:
+    """Whether a progress file was written after the stall was recorded. The supervisor removes stall.json at its
+    next poll once one is, but it can be busy for seconds first (taking stacks, a flight-recorder dump), and a
+    reader must not report a stall that is already over (nor the stacks taken for it)."""
+    from .watch import WATCH, last_changes
+
+    since = stall.get("since")
+    if not isinstance(since, (int, float)):
+        return False
+    files = [str(run.log), *(f["path"] for f in (run.read(WATCH) or {}).get("files", []) if isinstance(f, dict))]
+    return max(last_changes(files).values(), default=0.0) > since
 
 
 def launcher_detail(run: RunDir) -> str:

@@ -53,7 +53,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..processes.snapshot import ProcessTable, read_cmdline, read_environ, read_start_ticks, snapshot
+from ..processes.snapshot import HELPER_ENV, ProcessTable, read_cmdline, read_environ, read_start_ticks, snapshot
 from ..processes.workers import worker_kind
 from .ledger import EXIT, LAUNCHER, NOTIFICATIONS, STALL, STOP, SUPERVISOR, RunDir, append_jsonl
 from .members import live_members, record
@@ -164,8 +164,8 @@ class Watch:
         live = set(live_members(self.run, self.meta, table))
         if not self.meta.get("adopted"):  # an orphan that reached us before we saw it (a fast double fork)
             for child in table.children(self.me):
-                if child not in live and table.alive(child) and "RGT_MESSAGE" not in read_environ(
-                        child, ("RGT_MESSAGE",)):
+                if child not in live and table.alive(child) and not read_environ(
+                        child, ("RGT_MESSAGE", HELPER_ENV)):  # not a notify command, not our own helper
                     live.update([child, *(p for p in table.descendants(child) if table.alive(p))])
         new = live - set(self.known)
         for pid in new:
