@@ -126,11 +126,16 @@ step_pytest_nvml() {  # alone and first: a native fault in the in-process adapte
   return "${PIPESTATUS[0]}"
 }
 
-step_pytest_gpu() {  # every other gpu-marked file (the repro cases on CUDA are the repro_cuda step)
+step_pytest_gpu() {  # every other gpu-marked file (the repro cases on CUDA are the repro_cuda step), each in
+  # its own pytest process: a CUDA context an earlier file's test left in pytest would be a foreign GPU holder
   have_cuda || { echo "no CUDA here"; return 77; }
-  "$PY" -m pytest -m gpu tests/test_memory_gpu.py tests/test_hang_gpu.py tests/test_runs_gpu.py tests/test_trainenv.py \
-    -o addopts= -q -rA -p no:cacheprovider 2>&1 | tee "$STEP_DIR/pytest.txt" | tail -30
-  return "${PIPESTATUS[0]}"
+  local rc=0 file
+  for file in tests/test_memory_gpu.py tests/test_hang_gpu.py tests/test_runs_gpu.py tests/test_trainenv.py; do
+    "$PY" -m pytest -m gpu "$file" -o addopts= -q -rA -p no:cacheprovider 2>&1 | tee -a "$STEP_DIR/pytest.txt" \
+      | tail -12
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  done
+  return $rc
 }
 
 step_health() {

@@ -9,6 +9,7 @@ step that did not run says so; nothing is filled in that was not measured.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -29,10 +30,11 @@ def block(title: str, text: str) -> list[str]:
 
 
 def pytest_summary(text: str) -> str:
-    """The last line pytest printed ("N passed, M skipped in Xs"), and any FAILED lines."""
+    """Each pytest run's summary line ("N passed, M skipped in Xs"), and any FAILED lines."""
     lines = text.strip().splitlines()
     failed = [line for line in lines if line.startswith(("FAILED", "ERROR"))]
-    return "\n".join([*failed, lines[-1] if lines else "(not run)"])
+    summaries = [line for line in lines if re.match(r"^\d+ (passed|failed|skipped|deselected|error)", line)]
+    return "\n".join([*failed, *summaries]) or "(not run)"
 
 
 def main() -> None:

@@ -123,9 +123,16 @@ def estimate(row: Row, model: str, measured: bool) -> dict:
     return result
 
 
-def run_cuda(row: Row, config: dict) -> dict:
-    """The issue's protocol on this process's GPU; returns the peak and what ran."""
+def run_cuda(row: Row, config: dict, kernel: str | None = None) -> dict:
+    """The issue's protocol on this process's GPU; returns the peak and what ran. ``kernel`` (FLASH_ATTENTION,
+    EFFICIENT_ATTENTION, CUDNN_ATTENTION, MATH) restricts SDPA to that backend, to see which one a peak matches."""
     import torch
+
+    if kernel:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel([SDPBackend[kernel]]):
+            return run_cuda(row, config)
 
     from remote_gpu_trainer.memory import hf_models
     from remote_gpu_trainer.memory.architecture import from_hf_config
@@ -210,6 +217,32 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def compare_kernels(rows: list[Row]) -> int:
+    """One JSON line per (row, kernel): the measured peak with SDPA limited to one backend, and with eager
+    attention; a backend that cannot run the row says why (torch raises "No available kernel")."""
+    import dataclasses
+
+    import torch
+
+    with tempfile.TemporaryDirectory() as scratch:
+        for row in rows:
+            config = load_config(model_path(row, Path(scratch)))[0]
+            for kernel in (None, "EFFICIENT_ATTENTION", "MATH", "CUDNN_ATTENTION", "FLASH_ATTENTION", "eager"):
+                line: dict = {"case": row.case, "kernel": kernel or "sdpa (torch's choice)"}
+                try:
+                    if kernel == "eager":
+                        line.update(run_cuda(dataclasses.replace(row, attention="eager"), config))
+                    else:
+                        line.update(run_cuda(row, config, kernel))
+                except Exception as err:
+                    line["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+                finally:
+                    gc.collect()
+                    torch.cuda.empty_cache()
+                print(json.dumps(line), flush=True)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dry-run", action="store_true", help="no CUDA: build each class on meta, estimate only")
@@ -217,6 +250,8 @@ def main() -> int:
     parser.add_argument("--budget-s", type=float, default=140.0, help="stop starting rows after this many seconds")
     parser.add_argument("--rows", default="", help="comma-separated row numbers (1-based) to run; default all")
     parser.add_argument("--json-out", default="", help="also write the rows as a JSON list to this file")
+    parser.add_argument("--kernels", action="store_true", help="for the chosen --rows: the peak under each SDPA "
+                        "backend alone and with eager attention, to see which kernel a measured peak matches")
     args = parser.parse_args()
     started = time.monotonic()
     import torch
@@ -227,6 +262,8 @@ def main() -> int:
         return 2
     print(json.dumps({"environment": environment(cuda)}), flush=True)
     wanted = {int(x) for x in args.rows.split(",") if x.strip()}
+    if args.kernels:
+        return compare_kernels([row for number, row in enumerate(ROWS, 1) if number in wanted])
     results: list[dict] = []
     with tempfile.TemporaryDirectory() as scratch:
         for number, row in enumerate(ROWS, 1):

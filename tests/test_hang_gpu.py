@@ -71,7 +71,9 @@ def test_nccl_flight_recorder_dump_on_a_stall(tmp_path, _runs_dir):
     folder = Path(status.log).parent / "flight_recorder"
     dumps = sorted(folder.glob("rank0-*.json"))
     assert dumps, list(folder.iterdir())
-    entries = json.loads(dumps[-1].read_text())["entries"]
+    dump = json.loads(dumps[-1].read_text())
+    assert dump.get("entries"), f"{dumps[-1].name}: no entries; keys {sorted(dump)}"
+    entries = dump["entries"]
     names = {e["profiling_name"] for e in entries}
     states = {e["state"] for e in entries}
     print(f"flight recorder: {len(entries)} entries, names {names}, states {states}")

@@ -22,6 +22,7 @@ here is fed back into the analytic formulas: the two are computed independently 
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import queue
@@ -482,6 +483,7 @@ def measure_cuda(job: MeasureJob) -> int:
         raise ValueError("measure_cuda runs one replica on one GPU: strategy ddp or no_shard")
     arch = Architecture(**job.arch)
     device = torch.device("cuda")
+    gc.collect()  # an earlier measurement's tensors freed now, not in the middle of this one (below the baseline)
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     warm = torch.ones(64, 64, device=device, dtype=_half(job.precision) if job.precision != "fp32" else None)

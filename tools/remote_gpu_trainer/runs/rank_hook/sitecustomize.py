@@ -75,15 +75,29 @@ def _fr_dump(folder, why):
     if "torch.distributed" not in sys.modules:
         return
     try:
-        from torch._C._distributed_c10d import _dump_fr_trace_json
+        import torch._C._distributed_c10d as c10d
 
-        data = _dump_fr_trace_json()
+        data = _nccl_dump(c10d) or c10d._dump_fr_trace_json()
         path = os.path.join(folder, f"rank{os.environ.get('RANK', 'x')}-{why}.json")
         with open(path + ".tmp", "wb") as handle:
             handle.write(data)
         os.replace(path + ".tmp", path)
     except Exception:
         pass
+
+
+def _nccl_dump(c10d):
+    """NCCL process groups record into their own flight recorder (CUDA builds only, ``_dump_nccl_trace_json``);
+    the generic dump then holds no entries. The NCCL one when it has entries, else None."""
+    dump = getattr(c10d, "_dump_nccl_trace_json", None)
+    if dump is None:
+        return None
+    try:
+        data = dump()
+        data = data.encode() if isinstance(data, str) else data
+        return data if b'"entries"' in data else None
+    except Exception:
+        return None
 
 
 def _fr_watch(folder):
