@@ -131,7 +131,7 @@ def run_cuda(row: Row, config: dict, kernel: str | None = None) -> dict:
     if kernel:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        with sdpa_kernel([SDPBackend[kernel]]):
+        with sdpa_kernel([getattr(SDPBackend, kernel)]):
             return run_cuda(row, config)
 
     from remote_gpu_trainer.memory import hf_models

@@ -67,11 +67,44 @@ def test_fp32_gqa_attention_is_the_math_kernel_and_keeps_the_seq_squared_softmax
     (dict(dtype="fp16", q_heads=8, kv_heads=8, mask=False, head_dim=320), "efficient"),
     (dict(dtype="fp32", q_heads=8, kv_heads=8, mask=False, head_dim=62), "math"),
     (dict(dtype="bf16", q_heads=8, kv_heads=8, mask=False, dropout=0.1), "flash"),
+    (dict(dtype="fp32", q_heads=12, kv_heads=12, mask=True, mask_stride_one=False), "math"),  # T5, transformers < 5.20
+    (dict(dtype="bf16", q_heads=12, kv_heads=12, mask=True, mask_stride_one=False), "math"),
 ])
 def test_cuda_sdpa_kernel_follows_torch_rules(call, kernel):
     args = {"head_dim": 64, "causal": True, "seq_q": 1024, "seq_k": 1024, **call}
     args["v_head_dim"] = args["head_dim"]
     assert cuda_sdpa_kernel(SdpaCall(**args)) == kernel
+
+
+T5_BASE = {"model_type": "t5", "vocab_size": 32128, "d_model": 768, "d_kv": 64, "d_ff": 3072, "num_layers": 12,
+           "num_decoder_layers": 12, "num_heads": 12, "relative_attention_num_buckets": 32, "dropout_rate": 0.1,
+           "feed_forward_proj": "relu", "tie_word_embeddings": True, "decoder_start_token_id": 0, "pad_token_id": 0}
+
+
+@pytest.mark.parametrize(("version", "kernels", "measured"), [
+    ("5.17.0", {"math": 24, "efficient": 12}, 16173.2),  # H200, torch 2.11, 2026-11-27 (bench/hf_memory_gpu.py)
+    ("5.24.0", {"efficient": 36}, None),
+])
+def test_t5_self_attention_kernel_follows_the_transformers_release(version, kernels, measured, monkeypatch, tmp_path):
+    """transformers < 5.20 hands SDPA T5's position bias in its permuted layout (stride(-1) = heads): no fused GPU
+    kernel takes it, so the 24 self-attention layers of t5-base run math, the 12 cross-attention layers efficient."""
+    from importlib import metadata
+
+    from remote_gpu_trainer.memory import attention_kernels
+
+    real = metadata.version
+    monkeypatch.setattr(metadata, "version", lambda name: version if name == "transformers" else real(name))
+    attention_kernels.hf_t5_mask_contiguous.cache_clear()
+    try:
+        (tmp_path / "config.json").write_text(json.dumps(T5_BASE))
+        out = fsdp_memory_estimate(MemoryInput(model=str(tmp_path), strategy="ddp", precision="fp32",
+                                               seq_len=512, micro_batch_size=8), no_progress)
+    finally:
+        attention_kernels.hf_t5_mask_contiguous.cache_clear()
+    assert out.attention_kernels == kernels
+    assert any(f"transformers {version}" in a for a in out.assumptions)
+    if measured:
+        assert 0.95 <= out.allocated_peak_bytes / MIB / measured <= 1.05
 
 
 def test_hugging_face_passes_enable_gqa_only_without_a_mask():

@@ -30,6 +30,8 @@ Pure Python: the analytic model and the measured mode's CUDA emulation share the
 
 from __future__ import annotations
 
+import functools
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -55,10 +57,19 @@ class SdpaCall:
     seq_k: int
     dropout: float = 0.0
     enable_gqa: bool = False
+    mask_stride_one: bool = True
+    """The mask's last dimension has stride 1. Every fused GPU kernel needs it (``sdp_utils_cpp.h``: "All fused
+    kernels require the last dimension of the input to have stride 1 ... GPU backends require attn_mask's last
+    dimension to have stride 1 while the CPU does not"). T5's relative position bias is permuted from
+    (q, k, heads) to (1, heads, q, k), stride(-1) = heads, and elementwise ops on it keep that layout: its
+    self-attention layers run the math kernel on a GPU (an H200 measured t5-base fp32 512 × 8 at 16.2 GiB,
+    the 24 self-attention layers in math and the 12 cross-attention ones efficient)."""
 
 
 def cuda_sdpa_kernel(call: SdpaCall) -> Kernel:
     """The backend torch selects on an sm80/sm90 GPU for ``call`` (see the module docstring)."""
+    if call.mask and not call.mask_stride_one:
+        return "math"
     same_heads = call.q_heads == call.kv_heads
     gqa_ok = same_heads or (call.enable_gqa and call.q_heads % call.kv_heads == 0)
     if (call.dtype in HALF and not call.mask and call.head_dim == call.v_head_dim <= 256
@@ -68,6 +79,30 @@ def cuda_sdpa_kernel(call: SdpaCall) -> Kernel:
     if same_heads and call.head_dim % align == 0 and call.v_head_dim % align == 0:
         return "efficient"
     return "math"
+
+
+T5_CONTIGUOUS_MASK_SINCE = (5, 20)
+"""transformers 5.20.0 ends ``create_position_bias_mask`` (integrations/sdpa_attention.py) with ``.contiguous()``;
+5.19 and older pass T5's position bias in the layout it was permuted to, which no fused GPU kernel takes (read in
+the 5.17.0-5.24.0 wheels; measured on an H200 with 5.17: t5-base fp32 512 × 8 peaks at 16.2 GiB, against 11.0 GiB
+with every layer on the efficient kernel)."""
+
+
+@functools.cache
+def hf_t5_mask_contiguous() -> tuple[bool, str]:
+    """(the installed transformers hands SDPA a contiguous T5 position-bias mask, why). Read from the package's
+    metadata, without importing it; without transformers here, the newest releases' behaviour (contiguous)."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("transformers")
+    except metadata.PackageNotFoundError:
+        return True, "transformers is not installed here: assumed ≥ 5.20, whose T5 position-bias mask is contiguous"
+    numbers = tuple(int(n) for n in re.findall(r"\d+", version)[:2])
+    if numbers >= T5_CONTIGUOUS_MASK_SINCE:
+        return True, f"transformers {version} (≥ 5.20) passes T5's position-bias mask contiguous: fused kernels"
+    return False, (f"transformers {version} (< 5.20) passes T5's position bias in its permuted layout: its "
+                   "self-attention runs the math kernel on a GPU (upgrading to ≥ 5.20 lowers the peak)")
 
 
 def hf_sdpa_heads(q_heads: int, kv_heads: int, head_dim: int, v_head_dim: int, mask: bool) -> tuple[int, bool]:

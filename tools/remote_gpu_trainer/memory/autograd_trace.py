@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass, field
 
 from .architecture import Architecture, Linear
-from .attention_kernels import SdpaCall, cuda_sdpa_kernel, efficient_lse_rows, hf_sdpa_heads
+from .attention_kernels import SdpaCall, cuda_sdpa_kernel, efficient_lse_rows, hf_sdpa_heads, hf_t5_mask_contiguous
 
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "int64": 8, "bool": 1}
 HALF = ("bf16", "fp16")
@@ -104,6 +104,9 @@ class Attn:
     """q is laid out (batch, heads, s, d) — made by ``cat`` (Phi-3's partial RoPE, MLA) — rather than a
     (batch, s, heads, d) projection view: flash attention writes its output in q's layout, so Hugging
     Face's ``transpose(1, 2).contiguous()`` then copies it."""
+    mask_stride_one: bool = True
+    """False for T5's self-attention: its position bias keeps the (q, k, heads) layout it was permuted from, which
+    no fused GPU kernel accepts (``attention_kernels.SdpaCall.mask_stride_one``)."""
 
 
 @dataclass(eq=False)
@@ -392,7 +395,8 @@ class Trace:
             mask = self.new(mask.numel, q.dtype, mask.rg, src=(mask,))  # autocast casts a float mask too
         call = SdpaCall(dtype=q.dtype, q_heads=spec.heads, kv_heads=kv_heads, head_dim=spec.head_dim,
                         v_head_dim=spec.v_head_dim, mask=spec.mask, causal=spec.causal and not spec.mask,
-                        seq_q=spec.seq_q, seq_k=spec.seq_k, dropout=spec.dropout, enable_gqa=gqa)
+                        seq_q=spec.seq_q, seq_k=spec.seq_k, dropout=spec.dropout, enable_gqa=gqa,
+                        mask_stride_one=spec.mask_stride_one)
         kernel = cuda_sdpa_kernel(call)
         self.kernels[kernel] = self.kernels.get(kernel, 0) + 1
         rg = q.rg or k.rg or v.rg
@@ -683,27 +687,29 @@ def llama_block(tr: Trace, arch: Architecture, x: Sym, sh: Shape, rope: Sym, kin
 
 def t5_block(tr: Trace, arch: Architecture, kind: str, x: Sym, sh: Shape, bias: Sym, enc: Sym | None,
              cross_bias: Sym | None = None) -> Sym:
-    """HF ``T5Block``: T5LayerNorm, attention with the position bias as a float mask (a per-layer contiguous
-    copy, or for the causal decoder ``where(causal, bias, min)``), cross-attention in the decoder (its zero
-    bias is made once per stack and passed as is), FF."""
+    """HF ``T5Block``: T5LayerNorm, attention with the position bias as a float mask (a per-layer copy, or for the
+    causal decoder ``where(causal, bias, min)``; before transformers 5.20 in the bias's permuted layout, which runs
+    math on a GPU: ``hf_t5_mask_contiguous``), cross-attention in the decoder (its zero bias is made once per
+    stack, contiguous, passed as is), FF."""
     tokens = sh.batch * sh.seq
     lin = _lin(arch, kind)
     p = arch.hidden_dropout
 
-    def attention(prefix: str, src: Sym, kv_src: Sym, causal: bool, b: Sym) -> Sym:
+    def attention(prefix: str, src: Sym, kv_src: Sym, causal: bool, b: Sym, permuted_bias: bool) -> Sym:
         q = tr.linear(src, lin[f"{prefix}.q"], tokens)
         k = tr.linear(kv_src, lin[f"{prefix}.k"], tokens)
         v = tr.linear(kv_src, lin[f"{prefix}.v"], tokens)
         o = tr.attention(q, k, v, Attn(sh.batch, sh.seq, sh.seq, arch.num_heads, arch.num_heads, arch.head_dim,
-                                       arch.head_dim, causal, True, p, b))
+                                       arch.head_dim, causal, True, p, b, mask_stride_one=not permuted_bias))
         return tr.linear(o, lin[f"{prefix}.o"], tokens)
 
     n = tr.rmsnorm_t5(x, tokens)
-    layer_bias = tr.derive(bias.numel, bias.dtype, bias)  # create_position_bias_mask(...).contiguous()
-    x = tr.add(x, tr.dropout(attention("layer.0.SelfAttention", n, n, kind == "decoder", layer_bias), p))
+    layer_bias = tr.derive(bias.numel, bias.dtype, bias)  # create_position_bias_mask(...)
+    permuted = not hf_t5_mask_contiguous()[0]
+    x = tr.add(x, tr.dropout(attention("layer.0.SelfAttention", n, n, kind == "decoder", layer_bias, permuted), p))
     if kind == "decoder" and cross_bias is not None:
         n = tr.rmsnorm_t5(x, tokens)
-        x = tr.add(x, tr.dropout(attention("layer.1.EncDecAttention", n, enc, False, cross_bias), p))
+        x = tr.add(x, tr.dropout(attention("layer.1.EncDecAttention", n, enc, False, cross_bias, False), p))
     ff = "layer.2" if kind == "decoder" else "layer.1"
     n = tr.rmsnorm_t5(x, tokens)
     if arch.activation == "gelu_gated":

@@ -66,7 +66,7 @@ def emulated_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fa
     call = SdpaCall(dtype=DTYPE_NAMES.get(query.dtype, "fp32"), q_heads=query.shape[-3], kv_heads=key.shape[-3],
                     head_dim=query.shape[-1], v_head_dim=value.shape[-1], mask=attn_mask is not None,
                     causal=bool(is_causal), seq_q=query.shape[-2], seq_k=key.shape[-2], dropout=dropout_p,
-                    enable_gqa=enable_gqa)
+                    enable_gqa=enable_gqa, mask_stride_one=attn_mask is None or attn_mask.stride(-1) == 1)
     kernel = cuda_sdpa_kernel(call)
     if kernels is not None:
         kernels.append(kernel)

@@ -474,6 +474,10 @@ def assumptions_for(b: Breakdown) -> list[str]:
                    + (", dropout masks 1 byte/element (CUDA)" if s.dropout and s.arch.hidden_dropout else "")
                    + "; loss = cross_entropy(logits.float()) as Hugging Face computes it: the logits, their fp32 "
                    "copy and the log-softmax coexist at the end of forward.")
+        if s.arch.family == "t5" and s.attention == "sdpa":
+            from .attention_kernels import hf_t5_mask_contiguous
+
+            out.append(f"T5 self-attention kernel: {hf_t5_mask_contiguous()[1]}.")
     else:
         out.append("No architecture: activations, logits and FSDP gathered units are not estimated (pass model "
                    "as a preset or config.json for them).")
