@@ -48,6 +48,39 @@ def started_by_this_run(proc) -> bool:
         return False
 
 
+@pytest.fixture
+def runs_dir(tmp_path, monkeypatch):
+    """A run ledger of the test's own (``RGT_RUNS_DIR``, no fake NVML), and afterwards no run of it left running,
+    whatever the test did: every process of every run is killed, ranks and detached jobs included (the run's
+    process group alone would leave torchrun's ranks, each in its own session, and a launcher's detached job)."""
+    path = tmp_path / "runs"
+    monkeypatch.setenv("RGT_RUNS_DIR", str(path))
+    monkeypatch.delenv("RGT_HEALTH_FAKE", raising=False)
+    yield path
+    kill_runs(path)
+
+
+def kill_runs(root: Path) -> None:
+    import json
+    import os
+    import signal
+
+    from remote_gpu_trainer.runs.ledger import RunDir
+    from remote_gpu_trainer.runs.tool import run_pids
+
+    for meta in root.glob("*/meta.json"):
+        run = RunDir(meta.parent)
+        try:
+            pids = run_pids(run, json.loads(meta.read_text()))
+        except (OSError, ValueError):
+            continue
+        for pid in reversed(pids):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
 @pytest.fixture(scope="session")
 def server():
     from remote_gpu_trainer.server import build_server

@@ -21,10 +21,8 @@ TOOLS = {spec.name: spec for spec in SPECS}
 
 
 @pytest.fixture(autouse=True)
-def runs_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("RGT_RUNS_DIR", str(tmp_path / "runs"))
-    monkeypatch.delenv("RGT_HEALTH_FAKE", raising=False)
-    return tmp_path / "runs"
+def _own_ledger(runs_dir):
+    """Every test here gets its own run ledger (conftest.runs_dir)."""
 
 
 def records(path: Path, count: int, timeout_s: float = 30.0) -> list[dict]:

@@ -27,18 +27,8 @@ TOOLS = {spec.name: spec for spec in SPECS}
 
 
 @pytest.fixture(autouse=True)
-def runs_dir(tmp_path, monkeypatch):
-    path = tmp_path / "runs"
-    monkeypatch.setenv("RGT_RUNS_DIR", str(path))
-    monkeypatch.delenv("RGT_HEALTH_FAKE", raising=False)
-    yield path
-    for run in path.glob("*/meta.json"):  # never leave a run behind, whatever the test did
-        pid = json.loads(run.read_text()).get("pgid")
-        if pid:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except OSError:
-                pass
+def _own_ledger(runs_dir):
+    """Every test here gets its own run ledger (conftest.runs_dir)."""
 
 
 def call(tool: str, **arguments):

@@ -35,10 +35,8 @@ time.sleep(600)  # hung: alive, silent
 
 
 @pytest.fixture(autouse=True)
-def runs_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("RGT_RUNS_DIR", str(tmp_path / "runs"))
-    monkeypatch.delenv("RGT_HEALTH_FAKE", raising=False)
-    return tmp_path / "runs"
+def _own_ledger(runs_dir):
+    """Every test here gets its own run ledger (conftest.runs_dir)."""
 
 
 @pytest.fixture

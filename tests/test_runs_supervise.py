@@ -4,9 +4,6 @@ whatever the GPU says. Real processes, RGT_RUNS_DIR in a temporary folder, short
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,26 +19,8 @@ PY = sys.executable
 
 
 @pytest.fixture(autouse=True)
-def runs_dir(tmp_path, monkeypatch):
-    path = tmp_path / "runs-ledger"
-    monkeypatch.setenv("RGT_RUNS_DIR", str(path))
-    monkeypatch.delenv("RGT_HEALTH_FAKE", raising=False)
-    yield path
-    for meta in path.glob("*/meta.json"):
-        data = json.loads(meta.read_text())
-        for pid in [data.get("pgid"), *[m.get("pid") for m in _members(meta.parent)]]:
-            if pid:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-
-
-def _members(run: Path) -> list[dict]:
-    try:
-        return json.loads((run / "members.json").read_text()).get("members", [])
-    except (OSError, ValueError):
-        return []
+def _own_ledger(runs_dir):
+    """Every test here gets its own run ledger (conftest.runs_dir)."""
 
 
 def call(tool: str, **arguments):
