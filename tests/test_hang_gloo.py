@@ -26,6 +26,8 @@ import pytest
 from remote_gpu_trainer.processes.snapshot import ProcessTable
 from remote_gpu_trainer.registry import all_specs
 
+from .conftest import kill_runs
+
 pytestmark = pytest.mark.slow
 
 FIXTURES = Path(__file__).parent / "fixtures" / "runs"
@@ -52,24 +54,6 @@ def torchrun(scenario: str, python: str = sys.executable) -> list[str]:
             str(SCENARIOS), scenario]
 
 
-def stop_everything(run_ids: list[str]) -> None:
-    """Kill each run's processes, ranks included (torchrun starts each rank in its own session, so the run's
-    process group alone would leave them behind)."""
-    from remote_gpu_trainer.runs.ledger import run_dir
-    from remote_gpu_trainer.runs.tool import run_pids
-
-    for run_id in run_ids:
-        try:
-            pids = run_pids(run_dir(run_id))
-        except Exception:
-            continue
-        for pid in reversed(pids):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("hang")
@@ -86,7 +70,7 @@ def runs(tmp_path_factory):
                                      skip_checks=["port"]).run_id
         yield started, notes
     finally:
-        stop_everything(list(started.values()))
+        kill_runs(folder / "runs")
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)

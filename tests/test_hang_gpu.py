@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_hang_gloo import FIXTURES, TOOLS, _free_port, call, stop_everything, wait_status
+from .test_hang_gloo import FIXTURES, TOOLS, _free_port, call, wait_status
 
 pytestmark = pytest.mark.gpu
 
@@ -31,17 +31,12 @@ def _start(mode: str, ranks: int, tmp_path, **extra):
 
 
 @pytest.fixture(autouse=True)
-def _runs_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("RGT_RUNS_DIR", str(tmp_path / "runs"))
-    monkeypatch.delenv("RGT_HEALTH_FAKE", raising=False)
-    started: list[str] = []
-    yield started
-    stop_everything(started)
+def _own_ledger(runs_dir):
+    """Every test here gets its own run ledger (conftest.runs_dir: none of its runs is left running)."""
 
 
-def test_cuda_ranks_keep_stepping_while_sampled_and_sharing_gpu0_is_named(tmp_path, _runs_dir):
+def test_cuda_ranks_keep_stepping_while_sampled_and_sharing_gpu0_is_named(tmp_path):
     run = _start("share", 2, tmp_path)
-    _runs_dir.append(run.run_id)
     wait_status(run.run_id, lambda s: (s.progress.step or 0) >= 5)
     for _ in range(8):
         report = call("run_stacks", run_id=run.run_id)
@@ -62,9 +57,8 @@ def test_cuda_ranks_keep_stepping_while_sampled_and_sharing_gpu0_is_named(tmp_pa
         assert "placement unknown" in (placement.note or ""), placement
 
 
-def test_nccl_flight_recorder_dump_on_a_stall(tmp_path, _runs_dir):
+def test_nccl_flight_recorder_dump_on_a_stall(tmp_path):
     run = _start("nccl", 1, tmp_path, flight_recorder=True, stall_after_s=5)
-    _runs_dir.append(run.run_id)
     status = wait_status(run.run_id, lambda s: s.state == "stalled" and (s.progress.step or 0) >= 20
                    and s.hang is not None and s.hang.finding != "progressing")
     print(f"\nstall verdict: {status.hang.verdict}")
