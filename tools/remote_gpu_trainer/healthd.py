@@ -37,7 +37,10 @@ for the duration of its request; requests are served one at a time.
 **Lifetime.** An ``rgt health`` that answered in-process, on this machine, with NVML working, starts one for next
 time (:func:`after_cli`); a lock file makes any second one exit at once. It exits after ``RGT_DAEMON_IDLE_S``
 seconds without a request (default 600), within a minute of its code changing or its socket being removed, on
-SIGTERM, or when asked: ``rgt health --no-daemon`` answers in-process and stops every health daemon of this user.
+SIGTERM, when the NVIDIA library its worker loaded is replaced (a driver upgrade: from then on a fresh process's
+answer differs, a driver/library mismatch), or when asked: ``rgt health --no-daemon`` answers in-process and stops
+every health daemon of this user. Like nvidia-persistenced or any NVML monitor, it keeps the GPUs' device files
+open while it lives (in its NVML worker): stop it before ``rmmod nvidia``.
 ``RGT_NO_DAEMON=1`` neither uses nor starts one. Nothing depends on it: whatever goes wrong on the way to it (none
 running, another key, refused, killed, busy, slow) falls back silently to the normal path.
 
@@ -487,6 +490,21 @@ def _identity(path: str) -> tuple[int, int] | None:
     return info.st_dev, info.st_ino
 
 
+def _loaded_library(pid: int | None, name: str) -> str | None:
+    """The file of the shared library ``name`` mapped into process ``pid`` (from /proc/<pid>/maps), or None."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/maps") as maps:
+            for line in maps:  # address perms offset device inode [path]
+                fields = line.split(maxsplit=5)
+                if len(fields) == 6 and name in os.path.basename(fields[5].strip()):
+                    return fields[5].strip()
+    except OSError:
+        return None
+    return None
+
+
 def _log(message: str) -> None:
     import time
 
@@ -498,6 +516,14 @@ class Daemon:
 
     def __init__(self, environ: dict[str, str], material: str, path: str, idle_s: float):
         self.environ, self.material, self.path, self.idle_s = environ, material, path, idle_s
+        self.library: tuple[str, tuple[int, int] | None] | None = None
+        """The libnvidia-ml its NVML worker loaded, and that file's identity then."""
+
+    def driver_changed(self) -> bool:
+        """Whether the NVIDIA library file its worker loaded was replaced or removed (a driver upgrade). A fresh
+        process would now load the new one (and, until a reboot, fail with a driver/library mismatch), so this
+        daemon's answers would no longer be the normal path's: it stops answering and exits."""
+        return self.library is not None and _identity(self.library[0]) != self.library[1]
 
     def warm_up(self) -> bool:
         """NVML initialised (in the worker), the CLI, the health tool and the probe's lazy imports loaded, by one
@@ -509,6 +535,8 @@ class Daemon:
             _log(f"NVML does not work here ({status.reason}: {status.detail}); not serving")
             return False
         run_cli([COMMAND, "--json"], lambda kind, text: None)
+        library = _loaded_library(session().worker_pid, "libnvidia-ml")
+        self.library = None if library is None else (library, _identity(library))
         return True
 
     def serve(self) -> str:
@@ -539,19 +567,21 @@ class Daemon:
                         return "its socket was removed or replaced"
                     if key_material(self.environ) != self.material:
                         return "the package's code changed"
+                    if self.driver_changed():
+                        return "the NVIDIA driver's library changed"
                     continue
                 with conn:
                     stop = self.handle(conn)
                 last = time.monotonic()
                 if stop:
-                    return "asked to stop"
+                    return stop
         finally:
             listener.close()
             if _identity(self.path) == mine:
                 os.unlink(self.path)
 
-    def handle(self, conn: socket.socket) -> bool:
-        """One connection; True when it asked the daemon to stop. Never raises: a bad request costs its answer."""
+    def handle(self, conn: socket.socket) -> str | None:
+        """One connection; why the daemon must stop now, or None. Never raises: a bad request costs its answer."""
         def send(kind: bytes, text: str) -> None:
             conn.sendall(frame(kind, _bytes(text)))
 
@@ -559,18 +589,21 @@ class Daemon:
             conn.settimeout(10.0)
             if not same_user(peer_uid(conn)):
                 _log(f"refused a connection from uid {peer_uid(conn)}")
-                return False
+                return None
             request = _read_request(conn)
             if request.kind == "ping":
                 send(STDOUT, str(os.getpid()))
                 send(EXIT, "0")
-                return False
+                return None
             if request.kind == "stop":
                 send(EXIT, "0")
-                return True
+                return "asked to stop"
             if request.kind != COMMAND or request.material != self.material:
                 send(FALL_BACK, "another command" if request.kind != COMMAND else "another code or environment")
-                return False
+                return None
+            if self.driver_changed():
+                send(FALL_BACK, "the NVIDIA driver's library changed")
+                return "the NVIDIA driver's library changed"
             conn.sendall(frame(ACCEPTED))
             with _AsCaller(request.environ, request.cwd):
                 code = run_cli(request.argv, send)
@@ -586,7 +619,7 @@ class Daemon:
                 send(FALL_BACK, f"{type(err).__name__}: {err}")
             except OSError:
                 pass
-        return False
+        return None
 
 
 def idle_seconds(environ: Mapping[str, str]) -> float:
@@ -598,6 +631,7 @@ def idle_seconds(environ: Mapping[str, str]) -> float:
 
 def main() -> None:
     """The daemon process, started by :func:`start`."""
+    import contextlib
     import signal
 
     from .nvml_session import session
@@ -616,9 +650,11 @@ def main() -> None:
     try:
         if daemon.warm_up():
             _log(f"exiting: {daemon.serve()}")
+            for leftover in (".lock", ".log"):  # a clean end leaves nothing behind; a failure keeps its log
+                with contextlib.suppress(OSError):
+                    os.unlink(path.removesuffix(".sock") + leftover)
     finally:
         session().close()
-
 
 
 def pids() -> list[int]:
