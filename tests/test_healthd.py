@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -269,14 +270,15 @@ def test_the_daemon_holds_no_cuda_no_torch_and_is_marked_a_helper(daemons):
 def test_a_helper_started_inside_a_run_is_never_a_member(tmp_path):
     """`rgt health` in a training script starts the daemon as its child in its own session: while the parent
     lives it descends from a member, yet it is not the run's (box_idle and run_status read these members)."""
-    script = "sleep 60 & RGT_HELPER=health-daemon setsid sleep 60 & wait"
+    own_session = f"{shlex.quote(sys.executable)} -c 'import os, time; os.setsid(); time.sleep(60)'"
+    script = f"sleep 60 & RGT_HELPER=health-daemon {own_session} & wait"
     launcher = subprocess.Popen(["sh", "-c", script], start_new_session=True)
     tasks = Path(f"/proc/{launcher.pid}/task/{launcher.pid}/children")
     children = [int(p) for p in wait_for(lambda: len(tasks.read_text().split()) == 2 and tasks.read_text().split())]
     try:
         helper = wait_for(lambda: [p for p in children if read_environ(p, ("RGT_HELPER",))])
         plain = [p for p in children if p not in helper]
-        assert os.getsid(helper[0]) == helper[0]  # its own session, as the daemon's
+        wait_for(lambda: os.getsid(helper[0]) == helper[0])  # its own session, as the daemon's
         meta = {"pid": launcher.pid, "start_ticks": read_start_ticks(launcher.pid), "pgid": launcher.pid,
                 "sid": launcher.pid, "boot_id": boot_id()}
         run = RunDir(tmp_path / "run")
