@@ -29,6 +29,9 @@ T0=$(date +%s)
 cd "$ROOT" || exit 1
 export PYTHONUNBUFFERED=1 RGT_CACHE_DIR="$WORK/rgt-cache" RGT_RUNS_DIR="$WORK/rgt-runs"
 unset PYTHONDONTWRITEBYTECODE  # as on a user's machine: bytecode cached after the first import
+# No step leaves a warm health daemon behind (healthd.py): bench/gpu_health.py and the gpu test that measure and
+# check it start their own in a private runtime directory and stop them.
+export RGT_NO_DAEMON=1
 
 STEPS=(
   "env 30"

@@ -28,6 +28,13 @@ def _private_tool_cache(tmp_path_factory):
     os.environ["RGT_CACHE_DIR"] = str(tmp_path_factory.mktemp("tool-cache"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_health_daemon():
+    """No `rgt health` a test runs leaves a warm health daemon behind (healthd.py); tests/test_healthd.py turns
+    it on for its own daemons, each in a private runtime directory and stopped at the end."""
+    os.environ["RGT_NO_DAEMON"] = "1"
+
+
 TEST_RUN_ENV = "RGT_TEST_RUN"
 
 

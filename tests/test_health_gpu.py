@@ -14,6 +14,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,30 @@ def test_rgt_health_cli_json_on_a_real_gpu():
                          text=True, timeout=300)
     data = json.loads(out.stdout)
     assert out.returncode == data["exit_code"] and data["gpus_found"] >= 1
+
+
+def test_the_health_daemon_answers_as_the_normal_path_on_a_real_gpu(monkeypatch):
+    """The first `rgt health` starts the warm daemon (healthd.py); the next is answered by it without pydantic,
+    with the same checks and status (a real GPU's temperature and power move between two reads: not the bytes)."""
+    from remote_gpu_trainer import healthd
+
+    from .test_healthd import NOT_ANSWERED, daemon_pid, fast, rgt
+
+    runtime = tempfile.mkdtemp(prefix="rgt-", dir="/tmp")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", runtime)
+    monkeypatch.delenv(healthd.NO_DAEMON_ENV, raising=False)
+    try:
+        alone = rgt("health", "--json")
+        pid = daemon_pid()
+        served = fast("health", "--json")
+        assert served.returncode not in (NOT_ANSWERED, 98), served.stderr
+        assert served.returncode == alone.returncode
+        mine, theirs = json.loads(served.stdout), json.loads(alone.stdout)
+        assert [(g["index"], [c["name"] for c in g["checks"]]) for g in mine["gpus"]] == \
+            [(g["index"], [c["name"] for c in g["checks"]]) for g in theirs["gpus"]]
+        assert (mine["driver_version"], mine["gpus_found"]) == (theirs["driver_version"], theirs["gpus_found"])
+        maps = Path(f"/proc/{pid}/maps").read_text()
+        assert "libcuda" not in maps and "torch" not in maps and "libnvidia-ml" not in maps
+    finally:
+        healthd.stop_all()
+        shutil.rmtree(runtime, ignore_errors=True)

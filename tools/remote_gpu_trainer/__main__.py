@@ -1,3 +1,3 @@
-from .cli import entry
+from .rgt import main
 
-entry()
+main()

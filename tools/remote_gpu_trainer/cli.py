@@ -22,6 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from . import healthd
 from .errors import InputError
 from .registry import all_specs, cli_specs
 from .toolspec import ToolSpec
@@ -164,6 +165,8 @@ def _add_spec(subparsers: Any, spec: ToolSpec, groups: dict[str, Any]) -> None:
     if spec.cli_write_files is not None:  # multi-file results (DeepSpeed: 3 files)
         parser.add_argument("--out", metavar="DIR", dest="_out", help="also write the rendered files into DIR")
     parser.add_argument("--json", action="store_true", dest="as_json", help="print the result as JSON")
+    if spec.cli == healthd.COMMAND:
+        healthd.add_flag(parser)
     parser.set_defaults(spec=spec)
     _OPTIONS[spec.cli] = frozenset(parser._option_string_actions)
 
@@ -241,7 +244,8 @@ def arguments_of(spec: ToolSpec, namespace: argparse.Namespace) -> dict[str, Any
     return arguments
 
 
-def _run_spec(spec: ToolSpec, namespace: argparse.Namespace) -> int:
+def run_spec(spec: ToolSpec, namespace: argparse.Namespace) -> int:
+    """Run the command, print its answer (text or --json) and return the exit status; the daemon runs it too."""
     from .remote.errors import RemoteError
 
     try:
@@ -328,6 +332,13 @@ def _serve() -> int:
 NVML_COMMANDS = frozenset({"health", "zombies", "idle"})
 
 
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The command line as ``rgt`` reads it (exits on --help or a usage error, as argparse does)."""
+    specs = cli_specs(argv[0] if argv else "")
+    parser = build_parser(specs)  # fills _OPTIONS, which _join_command_words reads
+    return parser.parse_args(_join_command_words(argv, specs if specs is not None else all_specs()))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     word = argv[0] if argv else ""
@@ -336,13 +347,14 @@ def main(argv: list[str] | None = None) -> int:
         from .nvml_session import session
 
         session().start()
-    specs = cli_specs(word)
-    parser = build_parser(specs)  # fills _OPTIONS, which _join_command_words reads
-    namespace = parser.parse_args(_join_command_words(argv, specs if specs is not None else all_specs()))
+    namespace = parse(argv)
     try:
-        if hasattr(namespace, "spec"):
-            return _run_spec(namespace.spec, namespace)
-        return namespace.handler(namespace)
+        if not hasattr(namespace, "spec"):
+            return namespace.handler(namespace)
+        code = run_spec(namespace.spec, namespace)
+        if namespace.spec.cli == healthd.COMMAND:
+            healthd.after_cli(namespace)  # answered here: start the warm daemon for next time (or stop it)
+        return code
     except BrokenPipeError:
         # `rgt diagnose log | head`: the reader left. Point stdout at /dev/null so the interpreter's
         # final flush cannot raise again (the pattern the Python signal docs recommend).

@@ -235,6 +235,17 @@ def _signal_text(returncode: int | None) -> str:
     return f"exit status {returncode}"
 
 
+def python_command(module: str, *args: str) -> list[str]:
+    """argv that runs ``remote_gpu_trainer.<module>.main()`` in a fresh interpreter of this Python, with ``args``
+    from ``sys.argv[2]`` on. ``-S`` (no site import: a faster start); the package and its dependencies are found
+    where this process found them (its ``sys.path``, passed as ``sys.argv[1]``)."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = [here, *(p for p in sys.path if p and p != here)]
+    boot = ("import sys, json; sys.path[:0] = json.loads(sys.argv[1]); "
+            f"from remote_gpu_trainer.{module} import main; main()")
+    return [sys.executable, "-S", "-c", boot, json.dumps(paths), *args]
+
+
 class _Worker:
     """One NVML worker process: its pipes, its shared progress page and its stderr (faulthandler)."""
 
@@ -247,16 +258,12 @@ class _Worker:
         self.page_file.truncate(PROGRESS_SIZE)
         self.page = mmap.mmap(self.page_file.fileno(), PROGRESS_SIZE)
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 (faulthandler output; close())
-        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        paths = [here, *(p for p in sys.path if p and p != here)]
-        boot = ("import sys, json; sys.path[:0] = json.loads(sys.argv[1]); "
-                "from remote_gpu_trainer.nvml_worker import main; main()")
         skipped = [[name, index, why] for (name, index), why in skip.items()]
-        # -S: no site import; the paths come from this process. Its own session: it is this process's helper,
-        # not part of whatever job shares our session (a run supervisor counts its session's processes as the
-        # run's, runs/members.py). It still ends with us: it exits when its stdin closes.
+        # Its own session: it is this process's helper, not part of whatever job shares our session (a run
+        # supervisor counts its session's processes as the run's, runs/members.py). It still ends with us: it
+        # exits when its stdin closes.
         self.process = subprocess.Popen(
-            [sys.executable, "-S", "-c", boot, json.dumps(paths), str(self.page_file.fileno()), json.dumps(skipped)],
+            python_command("nvml_worker", str(self.page_file.fileno()), json.dumps(skipped)),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, pass_fds=(self.page_file.fileno(),),
             close_fds=True, start_new_session=True, env={**os.environ, HELPER_ENV: "nvml"})
         self.started = time.monotonic()
@@ -529,6 +536,11 @@ class NvmlSession:
         if worker is None or not worker.timings:
             return {}
         return {**worker.timings, "python_start_s": worker.timings["main_at"] - worker.started}
+
+    @property
+    def last_status(self) -> NvmlStatus | None:
+        """What the last :meth:`status` found, without asking NVML again (None before the first)."""
+        return self._status
 
     @property
     def worker_pid(self) -> int | None:

@@ -27,6 +27,7 @@ import pydantic
 from mcp.types import Tool as MCPTool
 
 from . import __version__
+from .codestamp import code_stamp
 from .paths import cache_dir
 
 log = logging.getLogger(__name__)
@@ -41,11 +42,7 @@ def fingerprint(directories: tuple[Path, ...]) -> str:
     digest = hashlib.sha256()
     versions = (__version__, metadata.version("mcp"), pydantic.VERSION, sys.version)
     digest.update(repr(versions).encode())
-    for directory in directories:
-        for path in sorted(directory.rglob("*")):
-            if path.suffix in (".py", ".json", ".j2") and "__pycache__" not in path.parts:
-                stat = path.stat()
-                digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    digest.update(code_stamp(directories).encode(errors="surrogateescape"))
     return digest.hexdigest()[:32]
 
 

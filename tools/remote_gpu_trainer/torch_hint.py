@@ -25,7 +25,7 @@ INSTALL_HINT = ("add it with `pip install 'remote-gpu-trainer[torch]'` (on Linux
 def torch_missing(reason: str, python: str | None = None) -> str:
     """``torch is not installed for <python> (<reason>): add it with ...``; on a box, into that python's own
     environment (the skill's runtime venv is never the job's)."""
-    from .trainenv.find import is_box_runtime
+    from .hostinfo import is_box_runtime
 
     if is_box_runtime():
         return (f"torch is not installed for {python or sys.executable} ({reason}): install it into that training "
@@ -36,7 +36,8 @@ def torch_missing(reason: str, python: str | None = None) -> str:
 def no_training_torch(env: TrainingEnv) -> str:
     """Why a torch tool cannot run: which interpreters were looked at, and what to pass. On a box it never
     suggests installing torch into the skill's runtime (a private venv the job never uses)."""
-    from .trainenv.find import is_box_runtime, tilde
+    from .hostinfo import is_box_runtime
+    from .trainenv.find import tilde
 
     if env.source in ("python", "activate", "launch_script"):
         why = "; ".join(env.errors.values()) or f"torch is not installed for {tilde(env.python)}"

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
+from ..hostinfo import is_box_runtime
 from ..models import StrictModel, Verdict
 from ..processes.safekill import age_text, safe_kill, target_table
 from ..tables import format_table, gib, where
@@ -63,13 +64,18 @@ def probe_gpus(args: HealthInput, progress: Progress) -> HealthReport:
 
 def launch_cuda_visible() -> Setting | None:
     """``CUDA_VISIBLE_DEVICES`` as a launch here gets it. On a box (the runtime serving a session) that is the
-    login shell's, which ``ssh box cmd`` never sees; run locally, it is the caller's own environment."""
-    from ..trainenv.find import is_box_runtime
-    from ..trainenv.launch import Setting
+    login shell's, which ``ssh box cmd`` never sees; run locally, it is the caller's own environment.
 
+    Run locally with the variable unset (the usual ``rgt health``), trainenv is not imported at all: importing
+    its modules and building their pydantic models was most of the first probe in a fresh process (42 ms on an
+    H200 box where a warm probe takes 7; against the C-level fake on 2 CPUs, 17 ms before, 9 ms without it)."""
     if not is_box_runtime():
         value = os.environ.get("CUDA_VISIBLE_DEVICES")
-        return None if value is None else Setting(name="CUDA_VISIBLE_DEVICES", value=value, source="this shell")
+        if value is None:
+            return None
+        from ..trainenv.launch import Setting
+
+        return Setting(name="CUDA_VISIBLE_DEVICES", value=value, source="this shell")
     from ..trainenv.launch import read_launch_env
     from ..trainenv.login import read_login_env
 
@@ -78,11 +84,12 @@ def launch_cuda_visible() -> Setting | None:
 
 def gpu_health(args: HealthInput, progress: Progress) -> HealthReport:
     report = probe_gpus(args, progress)
-    if report.gpus_found == 0:  # nothing the variable could hide; keep the no-driver answer instant
+    setting = launch_cuda_visible() if report.gpus_found else None  # no GPU: nothing the variable could hide
+    if setting is None:
         return report
     from ..trainenv.launch import cuda_visible_check
 
-    check = cuda_visible_check(launch_cuda_visible(), report.gpus_found, [g.uuid for g in report.gpus])
+    check = cuda_visible_check(setting, report.gpus_found, [g.uuid for g in report.gpus])
     return with_host_check(report, check) if check else report
 
 

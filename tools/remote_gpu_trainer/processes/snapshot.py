@@ -99,8 +99,9 @@ def read_cmdline(pid: int) -> tuple[str, ...]:
 
 
 HELPER_ENV = "RGT_HELPER"
-"""In the environment of a helper process the package starts for its own work (the NVML worker): a run supervisor
-adopts every orphan that reaches it as part of the run, and must never count its own helpers among them."""
+"""In the environment of a helper process the package starts for its own work (the NVML worker, the health daemon):
+never a member of a run, even where it descends from one (an ``rgt health`` inside a training script starts them)
+or reaches a supervisor as an orphan (the supervisor adopts every other orphan as part of its run)."""
 
 
 def read_environ(pid: int, names: tuple[str, ...]) -> dict[str, str]:
@@ -116,6 +117,11 @@ def read_environ(pid: int, names: tuple[str, ...]) -> dict[str, str]:
         if name.decode(errors="replace") in names:
             found[name.decode()] = value.decode(errors="replace")
     return found
+
+
+def is_helper(pid: int) -> bool:
+    """Whether ``pid`` is one of the package's own helpers (:data:`HELPER_ENV`); False where unreadable."""
+    return bool(read_environ(pid, (HELPER_ENV,)))
 
 
 def snapshot_many(pids: Iterable[int]) -> dict[int, ProcInfo | None]:

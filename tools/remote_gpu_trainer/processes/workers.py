@@ -12,12 +12,13 @@ How they are recognised, from what the kernel shows:
 * **torchrun rank**: ``TORCHELASTIC_RUN_ID`` in its environment (torchrun sets it for the ranks it starts).
 
 A main training process (``python train.py``, detached on purpose with nohup) is none of these, so it is never
-called a left-behind worker, whatever its parent.
+called a left-behind worker, whatever its parent. Nor is a helper of ours (``RGT_HELPER``): the warm health daemon
+an ``rgt health`` inside a rank starts outlives the rank by design, with the rank's environment.
 """
 
 from __future__ import annotations
 
-from .snapshot import ProcInfo, read_environ
+from .snapshot import HELPER_ENV, ProcInfo, read_environ
 
 _MP_MARKS = ("--multiprocessing-fork", "from multiprocessing.spawn import spawn_main",
              "from multiprocessing.forkserver import main", "multiprocessing.resource_tracker")
@@ -30,7 +31,8 @@ def worker_kind(info: ProcInfo) -> str | None:
     command = " ".join(info.cmdline)
     if any(mark in command for mark in _MP_MARKS):
         return "multiprocessing child"
-    if "TORCHELASTIC_RUN_ID" in read_environ(info.pid, ("TORCHELASTIC_RUN_ID",)):
+    environ = read_environ(info.pid, ("TORCHELASTIC_RUN_ID", HELPER_ENV))
+    if "TORCHELASTIC_RUN_ID" in environ and HELPER_ENV not in environ:
         return "torchrun rank"
     return None
 

@@ -12,7 +12,9 @@ children, and it records every member it sees in ``members.json`` (pid and start
 * every descendant of all of those (a ``setsid``'d child of a member stays found while its parent lives,
   and is recorded from then on).
 
-Never the supervisor itself, nor its notify commands (they run in their own session and descend from no member).
+Never the supervisor itself, nor its notify commands (they run in their own session and descend from no member),
+nor the package's own helpers and their children (``RGT_HELPER`` in their environment: the NVML worker and the
+warm health daemon an ``rgt health`` in a training script starts; the daemon lives on for minutes after it).
 For an adopted run (run_adopt: a process we did not start) the root is that process: it, its recorded members
 and their descendants.
 """
@@ -22,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..processes.fingerprint import boot_id
-from ..processes.snapshot import ProcessTable, read_start_ticks
+from ..processes.snapshot import ProcessTable, is_helper, read_start_ticks
 from .ledger import SUPERVISOR, RunDir, read_json, write_json
 
 MEMBERS = "members.json"
@@ -66,6 +68,8 @@ def live_members(run: RunDir, meta: dict[str, Any], table: ProcessTable | None =
     for member in list(found):
         found.update(pid for pid in table.descendants(member) if table.alive(pid))
     found.discard(supervisor)
+    helpers = [pid for pid in found if is_helper(pid)]  # ours, not the run's: they may outlive it by minutes
+    found.difference_update(helpers, *(table.descendants(pid) for pid in helpers))
     return sorted(found)
 
 

@@ -28,8 +28,9 @@ from typing import Any
 
 from ..commandline import shell_words
 from ..errors import InputError
+from ..hostinfo import is_box_runtime
 from ..processes.fingerprint import boot_id
-from ..trainenv.find import TrainingEnv, find_training_env, is_box_runtime
+from ..trainenv.find import TrainingEnv, find_training_env
 from ..trainenv.script import flag_value
 from .ledger import EXIT, META, RunDir, list_runs, new_run_id, runs_root, write_json
 from .states import ENDED, classify

@@ -36,6 +36,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field
 
+from ..hostinfo import is_box_runtime
 from ..models import StrictModel
 from .login import ShellRead, changed, read_login_env, read_sourced_env
 from .probe import Reading, run_probe
@@ -50,8 +51,6 @@ ACTIVATE_FORMS = ["source ~/venvs/pt/bin/activate", ". /opt/venv/bin/activate", 
 ACTIVATION_VARS = ("PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "PYTHONPATH", "PYTHONHOME",
                    "LD_LIBRARY_PATH")
 CONDA_INSTALLS = ("~/miniconda3", "~/miniforge3", "~/mambaforge", "~/anaconda3", "~/micromamba", "/opt/conda")
-BOX_MARKER = "RGT_BOX_DESTINATION"
-"""Set by the box's session server (remote/serve.py) for every request: this process is a box runtime."""
 
 
 def _home_relative(path: str) -> str:
@@ -328,11 +327,6 @@ def _torch_of(reading: Reading) -> str | None:
     if not reading.value("find", "found"):
         return None
     return reading.value("find", "version") or "found"
-
-
-def is_box_runtime() -> bool:
-    """True when this process serves a box session (the runtime's python is then never the user's)."""
-    return BOX_MARKER in os.environ
 
 
 def find_training_env(python: str | None = None, activate: str | None = None, launch: str | None = None, *,
