@@ -236,6 +236,22 @@ def _memory_cgroup() -> tuple[Path, Path] | str:
     return path, path / "cgroup.procs"
 
 
+def test_an_oom_line_older_than_the_process_is_about_a_reused_pid(tmp_path):
+    """The kernel log keeps OOM kills from before the run: a line naming one of its pids counts only when it was
+    logged after that process started (a full-suite run once called a stopped gloo run oom_killed for a line about
+    an earlier test's process with the same pid)."""
+    from remote_gpu_trainer.runs.oom import kernel_oom_lines
+
+    hz = os.sysconf("SC_CLK_TCK")
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text("3,101,5000000,-;Memory cgroup out of memory: Killed process 4242 (python) total-vm:1kB\n"
+                    "3,102,9000000,-;Out of memory: Killed process 4242 (python) total-vm:2kB\n"
+                    "6,103,9500000,-;Out of memory: Killed process 777 (python) total-vm:3kB\n")
+    lines, note = kernel_oom_lines({4242: 7 * hz}, str(kmsg))  # started 7 s after boot
+    assert note is None and lines == ["Out of memory: Killed process 4242 (python) total-vm:2kB"]
+    assert len(kernel_oom_lines({4242: None}, str(kmsg))[0]) == 2  # start unknown: every line naming it
+
+
 def test_memory_hog_in_a_limited_cgroup_is_oom_killed(tmp_path):
     made = _memory_cgroup()
     if isinstance(made, str):

@@ -17,7 +17,9 @@ A SIGKILL with neither is reported as ``killed`` with the signal.
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..health.xid import read_kmsg
@@ -68,12 +70,31 @@ def oom_kill_count(cgroup: Cgroup, root: Path = CGROUP_ROOT) -> int | None:
     return None
 
 
-def kernel_oom_lines(pids: set[int], kmsg: str = "/dev/kmsg") -> tuple[list[str], str | None]:
-    """Kernel-log lines saying the OOM killer killed one of ``pids``, and why the log was unreadable."""
+def kernel_oom_lines(started: Mapping[int, int | None], kmsg: str = "/dev/kmsg") -> tuple[list[str], str | None]:
+    """Kernel-log lines saying the OOM killer killed one of the run's processes (pid → start time in clock ticks
+    since boot, None if unknown), and why the log was unreadable. A line logged before the process it names
+    started is about an earlier process that had the same pid (pids are reused), never this run."""
     try:
         lines = read_kmsg(kmsg, "Killed process")
     except OSError as err:
         return [], f"kernel log not readable ({kmsg}: {err.strerror or err})"
-    found = [line.split(";", 1)[-1].strip() for line in lines
-             if (m := _KILLED.search(line)) and int(m.group(1)) in pids]
+    hz = os.sysconf("SC_CLK_TCK")
+    found = []
+    for line in lines:
+        match = _KILLED.search(line)
+        if match is None or int(match.group(1)) not in started:
+            continue
+        ticks, logged_s = started[int(match.group(1))], _kmsg_seconds(line)
+        if ticks is not None and logged_s is not None and logged_s < ticks / hz:
+            continue
+        found.append(line.split(";", 1)[-1].strip())
     return found[-5:], None
+
+
+def _kmsg_seconds(record: str) -> float | None:
+    """Seconds since boot of a /dev/kmsg record (``priority,sequence,microseconds,flags;message``)."""
+    fields = record.split(";", 1)[0].split(",")
+    try:
+        return int(fields[2]) / 1e6
+    except (IndexError, ValueError):
+        return None

@@ -155,6 +155,8 @@ class Watch:
         self.me = os.getpid()
         self.pids: set[int] = set()
         self.known: dict[int, int | None] = {}
+        self.started: dict[int, int | None] = {}
+        """Every process of the run ever seen → its start ticks (kept after it ends: the OOM evidence needs them)."""
         self.commands: dict[int, str] = {}
         self.cgroups: dict[Cgroup, int | None] = {}
 
@@ -170,6 +172,7 @@ class Watch:
         new = live - set(self.known)
         for pid in new:
             self.known[pid] = read_start_ticks(pid)
+            self.started.setdefault(pid, self.known[pid])
             self.commands[pid] = " ".join(read_cmdline(pid))[:300]
             for cgroup in cgroups_of(pid):
                 if cgroup not in self.cgroups:
@@ -209,7 +212,7 @@ class Watch:
             after = oom_kill_count(cgroup)
             if before is not None and after is not None and after > before:
                 rises.append({"cgroup": f"{cgroup[0]}:{cgroup[1]}", "oom_kill_before": before, "oom_kill_after": after})
-        lines, note = kernel_oom_lines(self.pids)
+        lines, note = kernel_oom_lines({pid: self.started.get(pid) for pid in self.pids})
         checked = [f"{kind}:{path}" for (kind, path), count in self.cgroups.items() if count is not None]
         return {"cgroup_rises": rises, "kernel_lines": lines, "kernel_log_note": note, "cgroups_checked": checked,
                 "found": bool(rises or lines)}
