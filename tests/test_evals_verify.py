@@ -63,7 +63,19 @@ def test_every_stated_number_holds_by_the_tools() -> None:
 def test_no_scenario_without_an_entry_and_every_kind_is_known() -> None:
     entries = verify.load_entries(ROOT)
     assert verify.orphan_scenarios(entries) == []
-    assert set(verify.needs(entries)) <= set(catalog.VERIFY_ON) | {"unclassified"}
+    assert set(verify.needs(entries)) <= set(catalog.VERIFY_ON) and verify.unclassified(entries) == []
+
+
+def test_an_entry_without_verify_on_fails_the_check(tmp_path: Path) -> None:
+    root = _skill_copy(tmp_path)
+    path = root / "references" / "monitoring_patterns.md"
+    text = path.read_text(encoding="utf-8")
+    line = next(ln for ln in text.splitlines() if ln.startswith("**Verify on:**"))
+    path.write_text(text.replace(line + "\n", "", 1), encoding="utf-8")
+    report = verify.run_verify(root, scenarios=False)
+    assert [ln.text.split(":")[0] for ln in report.unclassified] == [
+        e.id for e in verify.load_entries(root) if not e.verify_on] and len(report.unclassified) == 1
+    assert report.failed == 1 and "no **Verify on:**" in str(report.unclassified[0])
 
 
 # ------------------------------------------------------------------------------------------------

@@ -113,9 +113,10 @@ def test_overnight_hang_error_and_success_are_notified_and_the_pod_is_stopped_af
 
     nights = [_box(ssh_fleet, kind) for kind in ("hang", "error", "ok")]
     hang = nights[0]
-    if os.geteuid() != 0:
-        pytest.skip("the hang's checkpoint folder is a 1 MiB tmpfs: mounting it needs root")
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(hang.project / "ckpt")], check=True)
+    # The hang's checkpoint folder is a 1 MiB tmpfs that will fill. Mounting it needs root; without root (or with
+    # RGT_TEST_NO_TMPFS=1) the night runs on a plain folder and only the checkpoint verdict goes unchecked.
+    tmpfs = os.geteuid() == 0 and not os.environ.get("RGT_TEST_NO_TMPFS") and subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(hang.project / "ckpt")]).returncode == 0
     try:
         assert set(_failed_in_runtime(ssh_fleet, hang.alias, [], ["mcp", "torch"])) == {"mcp", "torch"}
         t0 = time.time()
@@ -165,12 +166,16 @@ def test_overnight_hang_error_and_success_are_notified_and_the_pod_is_stopped_af
         # a new connection in the morning: every tool still answers, and says what happened
         states = {n.kind: call("run_status", host=n.alias, run_id=n.run_id) for n in nights}
         assert states["hang"].state == "stalled" and states["hang"].follows.endswith("runs/nightly/train.log")
-        assert states["hang"].checkpoints.verdict == "FAIL" and "tmpfs" in states["hang"].checkpoints.summary
+        if tmpfs:
+            assert states["hang"].checkpoints.verdict == "FAIL" and "tmpfs" in states["hang"].checkpoints.summary
+        else:
+            assert states["hang"].checkpoints.verdict in ("PASS", "WARN"), states["hang"].checkpoints
         assert (states["error"].state, states["error"].exit_code) == ("failed", 1)
         assert states["error"].diagnosis[0].id == "DIST-10"
         assert (states["ok"].state, states["ok"].exit_code) == ("succeeded", 0)
         idle = call("box_idle", host=hang.alias, window_s=0)
-        assert [r.checkpoints.verdict for r in idle.runs if r.run_id == hang.run_id] == ["FAIL"]
+        assert [r.checkpoints.verdict for r in idle.runs if r.run_id == hang.run_id] == [
+            states["hang"].checkpoints.verdict]
     finally:
         for night in nights:
             if night.run_id:
@@ -182,4 +187,5 @@ def test_overnight_hang_error_and_success_are_notified_and_the_pod_is_stopped_af
                     call("idle_guard", host=night.alias, remove=True)
                 except Exception as err:  # cleanup must reach every box
                     print(f"cleanup of {night.alias}: {err}")
-        subprocess.run(["umount", "-l", str(hang.project / "ckpt")], capture_output=True)
+        if tmpfs:
+            subprocess.run(["umount", "-l", str(hang.project / "ckpt")], capture_output=True)

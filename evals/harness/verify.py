@@ -10,7 +10,7 @@ Three checks over the parsed catalog (``remote_gpu_trainer.catalog``, the only r
   ToolSpec (the same validation as MCP and the CLI) and each figure must hold for its structured
   result. A figure with a unit must also appear in the entry's text, so prose and claim cannot drift.
 * **needs** — what the other entries' Verify needs (GPU, several nodes, a provider, the network, …),
-  listed by kind; an entry that does not say is listed as unclassified.
+  listed by kind; an entry that does not say fails the check (listed as unclassified).
 """
 
 from __future__ import annotations
@@ -122,6 +122,13 @@ def needs(entries: Iterable[Any]) -> dict[str, list[str]]:
     return dict(by_kind)
 
 
+def unclassified(entries: Iterable[Any]) -> list[Line]:
+    """A FAIL line per entry without **Verify on:**: every Verify is either run here or listed by what it needs."""
+    kinds = ", ".join(_catalog().VERIFY_ON)
+    return [Line(False, f"{e.id}: no **Verify on:** (the first word is one of {kinds})") for e in entries
+            if not e.verify_on]
+
+
 def orphan_scenarios(all_entries: Iterable[Any]) -> list[Line]:
     named = {e.verify_scenario for e in all_entries if e.verify_scenario}
     lines = []
@@ -138,10 +145,11 @@ class Report:
     numbers: list[Line]
     orphans: list[Line]
     needs: dict[str, list[str]]
+    unclassified: list[Line]
 
     @property
     def lines(self) -> list[Line]:
-        return [Line(o.ok, o.line()[7:]) for o in self.scenarios] + self.numbers + self.orphans
+        return [Line(o.ok, o.line()[7:]) for o in self.scenarios] + self.numbers + self.orphans + self.unclassified
 
     @property
     def passed(self) -> int:
@@ -171,4 +179,4 @@ def run_verify(root: Path, only: Iterable[str] = (), jobs: int = 2, scenarios: b
     cpu = [e.id for e in entries if e.verify_on == "cpu"]
     outcomes = run_scenarios(root, cpu, jobs=jobs, progress=progress) if scenarios and cpu else []
     return Report(outcomes, check_numbers(entries), [] if only else orphan_scenarios(all_entries),
-                  needs(entries))
+                  needs(entries), unclassified(entries))
