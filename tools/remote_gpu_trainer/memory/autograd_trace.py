@@ -34,10 +34,16 @@ import math
 from dataclasses import dataclass, field
 
 from .architecture import Architecture, Linear
-from .attention_kernels import SdpaCall, cuda_sdpa_kernel, efficient_lse_rows, hf_sdpa_heads, hf_t5_mask_contiguous
+from .attention_kernels import (
+    HALF,
+    SdpaCall,
+    cuda_sdpa_kernel,
+    efficient_lse_rows,
+    hf_sdpa_heads,
+    hf_t5_mask_contiguous,
+)
 
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "int64": 8, "bool": 1}
-HALF = ("bf16", "fp16")
 
 
 @dataclass(eq=False)
