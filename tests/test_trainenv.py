@@ -5,14 +5,17 @@ Through ssh boxes: tests/test_training_env_remote.py."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from remote_gpu_trainer.health.checks import Check
 from remote_gpu_trainer.models import Verdict
+from remote_gpu_trainer.trainenv.bounded import run_bounded
 from remote_gpu_trainer.trainenv.find import find_training_env, parse_activation
 from remote_gpu_trainer.trainenv.launch import (
     LaunchEnv,
@@ -199,6 +202,78 @@ def test_the_login_shell_is_read_after_its_noise(tmp_path, monkeypatch):
                                       "export NCCL_SOCKET_IFNAME=eth9\n")
     (tmp_path / ".profile").write_text('. "$HOME/.bashrc"\n')
     read = read_login_env()
+    if read.error and "bash" not in read.how:
+        pytest.skip("no bash here")
+    assert read.error is None and read.env["NCCL_SOCKET_IFNAME"] == "eth9", read
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie (killed, not yet reaped by init) is not alive
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _stop(pid: int) -> None:
+    """Test cleanup: end the job this test itself started."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+
+
+def test_a_job_the_shell_backgrounds_neither_holds_the_call_nor_is_killed(tmp_path):
+    pidfile = tmp_path / "pid"
+    started = time.monotonic()
+    done = run_bounded(["sh", "-c", f'echo hi; sleep 30 & echo $! > "{pidfile}"; exit 0'], 5)
+    pid = int(pidfile.read_text())
+    try:
+        assert time.monotonic() - started < 4
+        assert done.returncode == 0 and done.out == b"hi\n"
+        assert _alive(pid)  # the user's background job is theirs: not killed
+    finally:
+        _stop(pid)
+
+
+def test_a_daemon_holding_stdout_does_not_hang_the_call(tmp_path):
+    pidfile = tmp_path / "pid"
+    started = time.monotonic()
+    done = run_bounded(["sh", "-c", f'echo hi; setsid sleep 30 & echo $! > "{pidfile}"; exit 0'], 5)
+    pid = int(pidfile.read_text())
+    _stop(pid)
+    assert time.monotonic() - started < 4 and done.returncode == 0 and done.out == b"hi\n"
+    # and when the shell itself overruns, the daemon in another session still does not stretch the bound
+    started = time.monotonic()
+    done = run_bounded(["sh", "-c", f'setsid sleep 30 & echo $! > "{pidfile}"; echo partial; sleep 30'], 1)
+    _stop(int(pidfile.read_text()))
+    assert time.monotonic() - started < 3 and done.returncode is None and done.out == b"partial\n"
+
+
+def test_a_shell_that_overruns_is_killed_with_its_group_and_reported(tmp_path):
+    pidfile = tmp_path / "pid"
+    started = time.monotonic()
+    done = run_bounded(["sh", "-c", f'sleep 30 & echo $! > "{pidfile}"; echo partial; sleep 30'], 1)
+    pid = int(pidfile.read_text())
+    time.sleep(0.2)
+    try:
+        assert time.monotonic() - started < 3
+        assert done.returncode is None and done.out == b"partial\n"
+        assert not _alive(pid)  # our group: killed with the shell
+    finally:
+        _stop(pid)
+
+
+def test_a_bashrc_that_backgrounds_a_job_still_gives_the_login_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".bashrc").write_text('export NCCL_SOCKET_IFNAME=eth9\nsleep 30 &\necho $! > "$HOME/pid"\n')
+    (tmp_path / ".profile").write_text('. "$HOME/.bashrc"\n')
+    (tmp_path / ".bash_profile").write_text('. "$HOME/.bashrc"\n')
+    read = read_login_env(timeout_s=5)
+    pid = tmp_path / "pid"
+    if pid.exists():
+        _stop(int(pid.read_text()))
     if read.error and "bash" not in read.how:
         pytest.skip("no bash here")
     assert read.error is None and read.env["NCCL_SOCKET_IFNAME"] == "eth9", read
