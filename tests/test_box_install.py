@@ -77,3 +77,26 @@ def test_preflight_gives_the_one_command_for_every_box_without_the_runtime(ssh_f
     assert command in render_preflight(result) and mcp in render_preflight(result)  # and the text
     assert not any(m.endswith(": ok") for m in seen)  # no "ok" before the verdict
     assert "box-a: facts read" in seen
+
+
+def test_an_install_still_running_does_not_hold_the_process_at_exit():
+    """A job is a daemon thread (jobs.py): a process that ends (Ctrl-C on `rgt box install`, the MCP server
+    shutting down) must not wait for the installs still running. The install is replaced by one that never ends
+    (this is about threads, not ssh: the loopback installs are above)."""
+    import subprocess
+    import sys
+    import time
+
+    code = """
+import threading, time
+from remote_gpu_trainer.remote import box
+from remote_gpu_trainer.remote.hosts import parse_host
+box.install = lambda host, progress=None, payload=None, **kw: time.sleep(120)
+report = box.install_many([parse_host("never-1"), parse_host("never-2")], False, lambda *a, **k: None, 0.5,
+                          concurrency=2)
+print(report.state, flush=True)
+"""
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert done.stdout.strip() == "installing", done.stderr
+    assert time.monotonic() - started < 20, "the process waited for the installs at exit"

@@ -22,7 +22,6 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
 
@@ -303,9 +302,25 @@ class _Batch:
         return report
 
     def _run(self, _progress: Progress) -> None:
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(self.hosts)),
-                                thread_name_prefix="rgt-install") as pool:
-            list(pool.map(self._one, self.hosts))
+        """``concurrency`` daemon workers take the hosts in order. Not a ThreadPoolExecutor: its workers are
+        joined at interpreter exit, so Ctrl-C or a server shutdown would wait for every install to end."""
+        pending = iter(self.hosts)
+        take = threading.Lock()
+
+        def worker() -> None:
+            while True:
+                with take:
+                    host = next(pending, None)
+                if host is None:
+                    return
+                self._one(host)
+
+        workers = [threading.Thread(target=worker, name=f"rgt-install-{i}", daemon=True)
+                   for i in range(min(self.concurrency, len(self.hosts)))]
+        for thread in workers:
+            thread.start()
+        for thread in workers:
+            thread.join()
 
     def _one(self, host: Host) -> None:
         started = time.monotonic()
