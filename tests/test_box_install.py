@@ -100,3 +100,46 @@ print(report.state, flush=True)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert done.stdout.strip() == "installing", done.stderr
     assert time.monotonic() - started < 20, "the process waited for the installs at exit"
+
+
+def test_a_batch_whose_job_was_dropped_still_reports_its_rows(ssh_fleet, monkeypatch):
+    """Jobs are dropped an hour after they end (or for 16 newer ones): a later call naming a host of that batch
+    reports the batch's rows, never "job_id: no job" (box_install has no job_id field)."""
+    import time
+
+    from remote_gpu_trainer import jobs
+    from remote_gpu_trainer.remote import box
+    from remote_gpu_trainer.remote.hosts import parse_host
+
+    monkeypatch.setattr(box, "_batches", {})
+    monkeypatch.setattr(jobs, "JOBS", jobs.JobRegistry(keep_s=0.0))  # a finished job is gone at once
+    first = box.install_many([parse_host("box-a")], False, lambda *a, **k: None, 0)
+    assert first.hosts[0].outcome == "installing"
+    batch = box._batches["box-a"]
+    deadline = time.monotonic() + 120
+    while "box-a" not in batch.rows and time.monotonic() < deadline:
+        time.sleep(0.1)
+    later = box.install_many([parse_host("box-a"), parse_host("box-b")], False, lambda *a, **k: None, None)
+    assert [(r.host, r.outcome) for r in later.hosts] == [("box-a", "already"), ("box-b", "already")]
+
+
+def test_a_full_job_registry_is_an_error_naming_hosts(ssh_fleet, monkeypatch):
+    import threading
+
+    from remote_gpu_trainer import jobs
+    from remote_gpu_trainer.errors import InputError
+    from remote_gpu_trainer.remote import box
+    from remote_gpu_trainer.remote.hosts import parse_host
+
+    monkeypatch.setattr(box, "_batches", {})
+    registry = jobs.JobRegistry(max_jobs=1)
+    monkeypatch.setattr(jobs, "JOBS", registry)
+    release = threading.Event()
+    registry.start(lambda progress: release.wait(30), "busy")
+    try:
+        with pytest.raises(InputError) as caught:
+            box.install_many([parse_host("box-a")], False, lambda *a, **k: None, None)
+    finally:
+        release.set()
+    assert caught.value.field == "hosts" and "box_install" in str(caught.value), caught.value
+    assert "box-a" not in box._batches  # nothing half-registered: the next call starts afresh

@@ -27,6 +27,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from ..errors import InputError
 from ..models import StrictModel
 from ..tables import format_table
 from ..toolspec import Progress, ToolSpec
@@ -278,6 +279,8 @@ class _Batch:
 
     It keeps a row per finished box and every state change as an event, so whoever waits (the call that
     started it, or a later call for the same hosts) shows each change once, in order, however often it looks.
+    Whether it is done is read from the batch itself, never from the job registry: that drops a job an hour
+    after it ends (or for 16 newer ones), while the batch waits for a call to report it.
     """
 
     def __init__(self, hosts: list[Host], wheels: bool, concurrency: int):
@@ -291,7 +294,16 @@ class _Batch:
         self.rows: dict[str, BoxReport] = {}
         self.events: list[tuple[str, float, str]] = []
         """(host, its step then, message): every state change, in order."""
+        self.started = time.monotonic()
+        self.ended = False
+        self.failure: BaseException | None = None
+        """Why the job itself died (not a box's failure: that is the box's row)."""
         self.job_id = jobs.start(self._run, name=f"box install ({len(hosts)} host(s))")
+
+    def done(self) -> bool:
+        """Every box has its row, or the job ended without one (it died)."""
+        with self.lock:
+            return self.ended or all(h.given in self.rows for h in self.hosts)
 
     def _progress_of(self, host: Host) -> Progress:
         def report(done: float, total: float | None = None, message: str = "") -> None:
@@ -304,6 +316,16 @@ class _Batch:
     def _run(self, _progress: Progress) -> None:
         """``concurrency`` daemon workers take the hosts in order. Not a ThreadPoolExecutor: its workers are
         joined at interpreter exit, so Ctrl-C or a server shutdown would wait for every install to end."""
+        try:
+            self._install_all()
+        except BaseException as err:
+            self.failure = err
+            raise
+        finally:
+            with self.lock:
+                self.ended = True
+
+    def _install_all(self) -> None:
         pending = iter(self.hosts)
         take = threading.Lock()
 
@@ -340,18 +362,16 @@ class _Batch:
     def row(self, host: str) -> BoxReport | None:
         """The finished row, or a row saying the box is still being installed (and the job's failure, should the
         job itself have died)."""
-        from .. import jobs
-
         with self.lock:
             if host in self.rows:
                 return self.rows[host]
             last = next((m for h, _, m in reversed(self.events) if h == host), "waiting for a free slot")
-        status = jobs.poll(self.job_id)
-        if status.done:
-            return failed_row(host, status.exception or RuntimeError(status.error or "the install job ended"))
+            ended = self.ended
+        if ended:
+            return failed_row(host, self.failure or RuntimeError("the install job ended before this box"))
         return BoxReport(host=host, needed=runtime_version(), state="installing", outcome="installing", steps=[last],
                          next_step="call box_install again with the same hosts to see progress",
-                         summary=f"{host}: installing ({last}, {status.elapsed_s:.0f} s)")
+                         summary=f"{host}: installing ({last}, {time.monotonic() - self.started:.0f} s)")
 
 
 def failed_row(host: str, err: BaseException) -> BoxReport:
@@ -381,7 +401,11 @@ def install_many(hosts: list[Host], wheels: bool, progress: Progress, wait_s: fl
     with _batches_lock:
         new = [h for h in hosts if h.given not in _batches]
         if new:
-            batch = _Batch(new, wheels, concurrency)
+            try:
+                batch = _Batch(new, wheels, concurrency)
+            except InputError as err:  # the job registry is full: say so about this tool's own field
+                raise InputError("hosts", f"cannot start box_install for {', '.join(h.given for h in new)} now: "
+                                 f"{err.message}") from None
             _batches.update((h.given, batch) for h in new)
         mine = {h.given: _batches[h.given] for h in hosts}
     batches = list(dict.fromkeys(mine.values()))
@@ -399,7 +423,7 @@ def install_many(hosts: list[Host], wheels: bool, progress: Progress, wait_s: fl
                     steps[host] = step
                     progress(sum(steps.values()), total, f"{host}: {message}")
         if finished or (deadline is not None and time.monotonic() >= deadline) or \
-                all(_job_done(b) for b in batches):
+                all(b.done() for b in batches):
             break
         time.sleep(0.1)
     rows = [mine[h.given].row(h.given) for h in hosts]
@@ -408,12 +432,6 @@ def install_many(hosts: list[Host], wheels: bool, progress: Progress, wait_s: fl
             if row is not None and row.outcome != "installing" and _batches.get(row.host) is mine[row.host]:
                 del _batches[row.host]
     return _install_report([r for r in rows if r is not None], time.monotonic() - started)
-
-
-def _job_done(batch: _Batch) -> bool:
-    from .. import jobs
-
-    return jobs.poll(batch.job_id).done
 
 
 def _install_report(rows: list[BoxReport], elapsed_s: float) -> InstallReport:
