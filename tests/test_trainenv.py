@@ -72,6 +72,30 @@ def test_the_tool_inputs_refuse_a_bad_activation_or_a_relative_python_by_field()
         assert "python" in str(err.value) and "relative" in str(err.value), tool
 
 
+
+@pytest.mark.parametrize("tool, base", [("preflight", {"hosts": ["a"]}), ("host_facts", {}),
+                                        ("allreduce_node", None)])
+@pytest.mark.parametrize("launch, why", [("x\0y", "NUL"), ("launch.sh", "relative")])
+def test_a_launch_path_is_checked_as_python_is_by_field(tool, base, launch, why):
+    from remote_gpu_trainer.errors import InputError
+    from remote_gpu_trainer.registry import all_specs
+
+    spec = {s.name: s for s in all_specs()}[tool]
+    if base is None:  # allreduce_node's other fields are required: take a valid set from its own model
+        base = {"head_addr": "127.0.0.1", "port": 29500, "nnodes": 2, "nproc": 1, "backend": "gloo",
+                "rdzv_id": "x", "max_bytes": 1 << 20}
+    with pytest.raises(InputError) as err:
+        spec.validate({**base, "launch": launch})
+    assert "launch" in str(err.value) and why in str(err.value), str(err.value)
+    assert spec.validate({**base, "launch": "~/launch.sh"}).launch == "~/launch.sh"
+
+
+def test_digits_python_cannot_read_as_a_number_are_not_numbers(tmp_path):
+    assert visible_devices("\u00b2", 8, [None] * 8) == ([], "\u00b2")  # "²".isdigit() is True, int("²") raises
+    script = tmp_path / "launch.sh"
+    script.write_text("torchrun --master_addr 10.0.0.1 --master_port \u00b2 train.py\n")
+    assert read_launch_script(str(script)).endpoint.master_port is None
+
 # --- the probe --------------------------------------------------------------------------------------------------
 
 

@@ -34,7 +34,15 @@ from ..models import EntryRef, StrictModel, Verdict
 from ..tables import format_table
 from ..toolspec import Progress, ToolSpec
 from ..trainenv.child import child_environ
-from ..trainenv.find import ActivateText, PythonPath, activate_field, find_training_env, python_field
+from ..trainenv.find import (
+    ActivateText,
+    LaunchPath,
+    PythonPath,
+    activate_field,
+    find_training_env,
+    launch_field,
+    python_field,
+)
 from .facts import HostFacts
 from .verdicts import E_MASTER, E_TCP_FALLBACK, FleetCheck, HostError
 
@@ -61,7 +69,7 @@ class NodeInput(StrictModel):
     timeout_s: float = Field(120, ge=5, le=900)
     python: PythonPath = python_field()
     activate: ActivateText = activate_field()
-    launch: str | None = Field(None, max_length=4096, description="The launch script (for finding the python)")
+    launch: LaunchPath = launch_field("The launch script (for finding the python)")
 
 
 class NodeResult(StrictModel):

@@ -27,7 +27,16 @@ from ..health.checks import Check
 from ..health.tool import HealthInput, probe_gpus
 from ..models import StrictModel, Verdict
 from ..toolspec import Progress, ToolSpec
-from ..trainenv.find import ActivateText, PythonPath, TrainingEnv, activate_field, find_training_env, python_field
+from ..trainenv.find import (
+    ActivateText,
+    LaunchPath,
+    PythonPath,
+    TrainingEnv,
+    activate_field,
+    find_training_env,
+    launch_field,
+    python_field,
+)
 from ..trainenv.launch import LaunchEnv, cuda_visible_check, endpoint_checks, ifname_checks, read_launch_env
 from ..trainenv.login import ShellRead, read_login_env
 from ..trainenv.script import read_launch_script
@@ -47,8 +56,7 @@ class HostFactsInput(StrictModel):
     timeout_s: float = Field(60.0, ge=5, le=600, description="Limit for the torch probe and for NVML, each")
     python: PythonPath = python_field()
     activate: ActivateText = activate_field()
-    launch: str | None = Field(None, min_length=1, max_length=4096, description="The launch script on this box "
-                               "(read, hashed and parsed, never run)")
+    launch: LaunchPath = launch_field("The launch script on this box (read, hashed and parsed, never run)")
 
 
 class HealthSummary(StrictModel):

@@ -29,7 +29,7 @@ from .. import jobs
 from ..models import StrictModel, Verdict
 from ..tables import format_table
 from ..toolspec import Progress, ToolSpec
-from ..trainenv.find import ActivateText, PythonPath, activate_field
+from ..trainenv.find import ActivateText, LaunchPath, PythonPath, activate_field, launch_field
 from .facts import HOST_FACTS, HostFacts, HostFactsInput
 from .hosts import FleetHost, fleet_from, srun_available
 from .verdicts import (
@@ -72,9 +72,9 @@ class PreflightInput(StrictModel):
         "Default: found per node (the launch script, the login shell's PATH, ~/venvs/*, conda envs, the system "
         "python); each row says which one and how"))
     activate: ActivateText = activate_field()
-    launch: str | None = Field(None, min_length=1, max_length=4096, description="The launch script's path on the "
-                               "nodes (~ allowed): compared across nodes (sha256), its exports and torchrun/"
-                               "accelerate endpoint checked, its activation used to find the python. Read, never run")
+    launch: LaunchPath = launch_field("The launch script's path on the nodes: compared across nodes (sha256), its "
+                                      "exports and torchrun/accelerate endpoint checked, its activation used to "
+                                      "find the python. Read, never run")
     wait_s: float | None = Field(45.0, ge=0, le=3600, description="How long this call waits before answering "
                                  "with a job_id (MCP clients give up after about 60 s); null: wait for the result "
                                  "with no job at all (what `rgt preflight` does)")

@@ -99,7 +99,7 @@ def _conda(name: str, text: str) -> Activation:
     return Activation("conda", name, text)
 
 
-def _checked_python(value: str | None) -> str | None:
+def _checked_path(value: str | None) -> str | None:
     return None if value is None else _home_relative(value)
 
 
@@ -109,8 +109,11 @@ def _checked_activate(value: str | None) -> str | None:
     return value
 
 
-PythonPath = Annotated[str | None, AfterValidator(_checked_python)]
+PythonPath = Annotated[str | None, AfterValidator(_checked_path)]
 ActivateText = Annotated[str | None, AfterValidator(_checked_activate)]
+LaunchPath = Annotated[str | None, AfterValidator(_checked_path)]
+"""A launch script's path: the same rules as python= (absolute or from ~, no NUL), so a bad one is an input
+error naming ``launch`` instead of a traceback on every host when the file is opened."""
 
 
 def python_field() -> object:
@@ -118,6 +121,10 @@ def python_field() -> object:
         "The training job's interpreter on the machine the tool runs on (absolute or ~ path), e.g. "
         "~/venvs/pt/bin/python. Default: found (launch script, login shell's PATH, ~/venvs/*, conda envs, the "
         "system python; the result says which one and how)"))
+
+
+def launch_field(description: str) -> object:
+    return Field(None, min_length=1, max_length=4096, description=f"{description} (absolute or ~ path)")
 
 
 def activate_field() -> object:

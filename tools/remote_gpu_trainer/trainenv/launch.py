@@ -186,7 +186,7 @@ def visible_devices(value: str, count: int, uuids: list[str | None] | None) -> t
     ``uuids`` None: not read, and a UUID entry raises LookupError (it cannot be judged)."""
     shown: list[int] = []
     for entry in (e.strip() for e in value.split(",")):
-        if entry.isdigit() and int(entry) < count:
+        if entry.isdecimal() and int(entry) < count:
             index = int(entry)
         elif _UUID.match(entry):
             if uuids is None:
@@ -253,7 +253,7 @@ def endpoint_checks(env: LaunchEnv, head_addr: str | None, port: int | None) -> 
     if addr or port_setting:
         wanted.append(("master_env", " · ".join(_origin(s) for s in (addr, port_setting) if s),
                        addr.value if addr else None,
-                       int(port_setting.value) if port_setting and port_setting.value.isdigit() else None))
+                       int(port_setting.value) if port_setting and port_setting.value.isdecimal() else None))
     endpoint = env.script.endpoint if env.script else None
     if endpoint and (endpoint.master_addr or endpoint.master_port):
         text = f"{endpoint.launcher} at launch script line {endpoint.line}: " + " ".join(

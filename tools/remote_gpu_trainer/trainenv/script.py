@@ -163,7 +163,7 @@ def _endpoint(launcher: str, words: list[str], line: int, known: dict[str, str])
         port_text = port_text or rdzv_port
     addr = addr or known.get("MASTER_ADDR")
     port_text = port_text or known.get("MASTER_PORT")
-    port = int(port_text) if port_text and port_text.isdigit() and 0 < int(port_text) < 65536 else None
+    port = int(port_text) if port_text and port_text.isdecimal() and 0 < int(port_text) < 65536 else None
     return Endpoint(launcher=launcher, line=line, master_addr=addr, master_port=port, rdzv_endpoint=rdzv,
                     nnodes=get(("--nnodes", "--num_machines")), unresolved=unresolved,
                     nproc_per_node=get(("--nproc-per-node", "--nproc_per_node", "--num_processes", "--num_gpus")))
