@@ -214,3 +214,24 @@ def test_the_head_check_leaves_the_port_bindable_for_torchrun():
     assert listener.accepted
     store = dist.TCPStore("127.0.0.1", port, 1, True, timeout=timedelta(seconds=5))
     del store
+
+
+def test_a_torch_that_did_not_import_and_a_patch_level_are_not_fleet_mismatches():
+    """torch located but not imported (its import failed: that host's own torch check says so) has no CUDA
+    build to compare, so it must not add a "mixed builds" FAIL; 3.10.12 and 3.10.14 are one Python for pickles
+    and wheels."""
+    from remote_gpu_trainer.fleet.verdicts import fleet_checks
+    from remote_gpu_trainer.trainenv.find import TrainingEnv
+
+    facts = local_caller({"a": "healthy-8xh100"})("a", {"timeout_s": 30, "checkpoint_dir": "/tmp"})
+    good = TrainingEnv(python="/opt/venv/bin/python", source="python", found_by="python=", python_version="3.10.12",
+                       torch="2.3.0+cu121", torch_imported=True, torch_cuda="12.1")
+    broken = good.model_copy(update={"python_version": "3.10.14", "torch": "2.3.0+cu121", "torch_imported": False,
+                                     "torch_cuda": None})
+    both = {"a": facts.model_copy(update={"torch": good}), "b": facts.model_copy(update={"torch": broken})}
+    checks = {c.name: c for c in fleet_checks(both, 8)}
+    assert checks["torch_version"].verdict is Verdict.PASS, checks["torch_version"]
+    assert checks["python_version"].verdict is Verdict.PASS, checks["python_version"]
+    newer = good.model_copy(update={"python_version": "3.11.4"})
+    checks = {c.name: c for c in fleet_checks({**both, "b": facts.model_copy(update={"torch": newer})}, 8)}
+    assert checks["python_version"].verdict is Verdict.WARN and checks["python_version"].hosts

@@ -224,12 +224,19 @@ def _same(name: str, values: dict[str, str], verdict_if_differ: Verdict, explana
                       entry=entry)
 
 
+def _major_minor(version: str | None) -> str | None:
+    """``3.10.14`` → ``3.10``: pickles and wheels (cp310) differ by minor version, not by patch level."""
+    return None if version is None else ".".join(version.split(".")[:2])
+
+
 def fleet_checks(facts: dict[str, HostFacts], expect_gpus: int | None) -> list[FleetCheck]:
     """Checks across the hosts that answered."""
     def values(get: Callable[[HostFacts], object]) -> dict[str, str]:
         return {h: str(v) for h, f in facts.items() if (v := get(f)) is not None}
 
-    with_torch = {h: f for h, f in facts.items() if f.torch.torch}
+    # Only a torch that imported has a build to compare: one found by its metadata alone (its import failed, which
+    # that host's own torch check reports) has no torch_cuda and would read as a second, "mixed" build.
+    with_torch = {h: f for h, f in facts.items() if f.torch.torch and f.torch.torch_imported}
     checks = [
         _same("torch_version", {h: f"{f.torch.torch} (CUDA {f.torch.torch_cuda or 'none'})"
                                 for h, f in with_torch.items()}, Verdict.FAIL,
@@ -251,7 +258,7 @@ def fleet_checks(facts: dict[str, HostFacts], expect_gpus: int | None) -> list[F
     checks.append(_same("training_python", values(lambda f: f.torch.display), Verdict.WARN,
                         "the job's python was found in different places (see each host's torch.found_by): check "
                         "that every node runs the same environment, or pass python=/activate=", E_VERSIONS))
-    checks.append(_same("python_version", values(lambda f: f.torch.python_version), Verdict.WARN,
+    checks.append(_same("python_version", values(lambda f: _major_minor(f.torch.python_version)), Verdict.WARN,
                         "ranks on different Python versions can disagree on pickled objects and on package builds",
                         E_VERSIONS))
     checks += launch_env_checks(facts)
