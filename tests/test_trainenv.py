@@ -398,6 +398,19 @@ NCCL_DEBUG=INFO nohup torchrun --nnodes=2 --nproc-per-node=8 \\
     assert read_launch_script(str(tmp_path / "missing.sh")).error.startswith("cannot read")
 
 
+
+def test_the_launch_line_is_the_launcher_the_process_tools_recognise(tmp_path):
+    """`accelerate config default` is no launch; `python -m torch.distributed.launch` is torchrun's endpoint."""
+    script = tmp_path / "launch.sh"
+    script.write_text("accelerate config default\n"
+                      "accelerate launch --main_process_ip 10.0.0.1 --main_process_port 29600 train.py\n")
+    endpoint = read_launch_script(str(script)).endpoint
+    assert (endpoint.launcher, endpoint.line, endpoint.master_addr, endpoint.master_port) == ("accelerate", 2,
+                                                                                             "10.0.0.1", 29600)
+    script.write_text("python -u -m torch.distributed.launch --master_addr 10.0.0.2 --master_port 29601 t.py\n")
+    endpoint = read_launch_script(str(script)).endpoint
+    assert (endpoint.launcher, endpoint.master_addr, endpoint.master_port) == ("torchrun", "10.0.0.2", 29601)
+
 # --- on a real GPU (the `gpu` marker: skipped where NVML sees none) ----------------------------------------------
 
 

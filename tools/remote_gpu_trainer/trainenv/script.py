@@ -3,7 +3,8 @@ the launch, and the rendezvous endpoint its launcher is given.
 
 Best effort by design: a shell script can compute anything, so this reads the common shapes: ``export
 NAME=value``, ``NAME=value cmd`` prefixes, ``source …/bin/activate``, ``conda activate NAME``, an interpreter
-called by its path, and torchrun / ``python -m torch.distributed.run`` / accelerate / deepspeed flags.
+called by its path, and the flags of a launcher as processes/launchers.py recognises one (torchrun,
+``python -m torch.distributed.run``, ``accelerate launch``, deepspeed).
 ``$NAME`` and ``${NAME}`` in a value are filled from what the script set before and then from the login
 environment; anything else stays as written and is marked unresolved.
 """
@@ -14,18 +15,18 @@ import hashlib
 import os
 import re
 import shlex
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from pydantic import Field
 
 from ..models import StrictModel
+from ..processes.launchers import launcher_kind
 
 MAX_SCRIPT_BYTES = 1 << 20
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SEPARATORS = frozenset({";", "&&", "||", "|", "&", ";;"})
 _WRAPPERS = frozenset({"exec", "nohup", "env", "time", "stdbuf", "nice", "setsid", "srun", "mpirun", "command"})
-LAUNCHERS = ("torchrun", "accelerate", "deepspeed")
 _INTERPRETER = re.compile(r"^/.+/bin/(python[0-9.]*|torchrun|accelerate|deepspeed)$")
 
 
@@ -128,18 +129,11 @@ def _commands(line: str) -> list[list[str]]:
 
 
 def _launcher(words: list[str]) -> str | None:
-    if not words:
-        return None
-    name = PurePosixPath(words[0]).name
-    if name in LAUNCHERS:
-        return name
-    if name.startswith("python") and "-m" in words[1:3]:
-        module = words[words.index("-m") + 1] if words.index("-m") + 1 < len(words) else ""
-        if module in ("torch.distributed.run", "torch.distributed.launch"):
-            return "torchrun"
-        if module in ("accelerate.commands.launch",):
-            return "accelerate"
-    return None
+    """The launcher this command line starts, as the process tools recognise one (``accelerate launch``, not any
+    ``accelerate`` command such as ``accelerate config``); ``torch.distributed.launch`` reads as torchrun (the same
+    rendezvous flags)."""
+    kind = launcher_kind(words)
+    return "torchrun" if kind == "torch.distributed.launch" else kind
 
 
 def _endpoint(launcher: str, words: list[str], line: int, known: dict[str, str]) -> Endpoint:
