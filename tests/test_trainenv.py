@@ -411,6 +411,24 @@ def test_the_launch_line_is_the_launcher_the_process_tools_recognise(tmp_path):
     endpoint = read_launch_script(str(script)).endpoint
     assert (endpoint.launcher, endpoint.master_addr, endpoint.master_port) == ("torchrun", "10.0.0.2", 29601)
 
+
+def test_only_exported_names_and_the_launch_lines_own_prefixes_are_exports(tmp_path):
+    """A plain `NAME=value` is a shell variable (no child sees it) unless the name is, or later gets, exported;
+    `NAME=value cmd` is that command's alone, except on the launch line, where the launch gets it."""
+    script = tmp_path / "launch.sh"
+    script.write_text("MASTER_ADDR=10.0.0.9\n"            # 1: a shell variable only
+                      "NCCL_DEBUG=INFO\n"                  # 2: exported by line 4
+                      "NCCL_IB_DISABLE=1 python prep.py\n"  # 3: prep.py's alone
+                      "export NCCL_DEBUG\n"                # 4
+                      "NCCL_SOCKET_IFNAME=ens5\n"          # 5: already in the environment
+                      "NCCL_P2P_DISABLE=1 nohup torchrun --master_port 29500 train.py\n")  # 6: the launch
+    parsed = read_launch_script(str(script), {"NCCL_SOCKET_IFNAME": "eth0", "HOME": "/root"})
+    exports = {name: (line.line, line.text) for name, line in parsed.exports.items()}
+    assert exports == {"NCCL_DEBUG": (4, "INFO"), "NCCL_SOCKET_IFNAME": (5, "ens5"), "NCCL_P2P_DISABLE": (6, "1")}
+    assert parsed.endpoint.master_addr is None  # torchrun never sees an unexported MASTER_ADDR
+    script.write_text("MASTER_ADDR=10.0.0.7 torchrun --master_port 29500 train.py\n")
+    assert read_launch_script(str(script)).endpoint.master_addr == "10.0.0.7"  # the launch line's own prefix
+
 # --- on a real GPU (the `gpu` marker: skipped where NVML sees none) ----------------------------------------------
 
 

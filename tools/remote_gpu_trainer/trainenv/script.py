@@ -2,7 +2,9 @@
 the launch, and the rendezvous endpoint its launcher is given.
 
 Best effort by design: a shell script can compute anything, so this reads the common shapes: ``export
-NAME=value``, ``NAME=value cmd`` prefixes, ``source …/bin/activate``, ``conda activate NAME``, an interpreter
+NAME=value`` (or ``NAME=value`` with the name exported before or after: a plain assignment alone is no export),
+``NAME=value cmd`` prefixes on the launch line (on any other line they are that command's alone), ``source
+…/bin/activate``, ``conda activate NAME``, an interpreter
 called by its path, and the flags of a launcher as processes/launchers.py recognises one (torchrun,
 ``python -m torch.distributed.run``, ``accelerate launch``, deepspeed).
 ``$NAME`` and ``${NAME}`` in a value are filled from what the script set before and then from the login
@@ -136,7 +138,10 @@ def _launcher(words: list[str]) -> str | None:
     return "torchrun" if kind == "torch.distributed.launch" else kind
 
 
-def _endpoint(launcher: str, words: list[str], line: int, known: dict[str, str]) -> Endpoint:
+def _endpoint(launcher: str, words: list[str], line: int, known: dict[str, str],
+              environ: dict[str, str]) -> Endpoint:
+    """The endpoint from the launcher's flags (``$NAME`` filled from ``known``, the shell's variables), else from
+    MASTER_ADDR/MASTER_PORT in ``environ``, the environment the launcher itself gets."""
     unresolved: list[str] = []
 
     def get(names: tuple[str, ...]) -> str | None:
@@ -155,8 +160,8 @@ def _endpoint(launcher: str, words: list[str], line: int, known: dict[str, str])
         host, _, rdzv_port = rdzv.rpartition(":")
         addr = addr or host
         port_text = port_text or rdzv_port
-    addr = addr or known.get("MASTER_ADDR")
-    port_text = port_text or known.get("MASTER_PORT")
+    addr = addr or environ.get("MASTER_ADDR")
+    port_text = port_text or environ.get("MASTER_PORT")
     port = int(port_text) if port_text and port_text.isdecimal() and 0 < int(port_text) < 65536 else None
     return Endpoint(launcher=launcher, line=line, master_addr=addr, master_port=port, rdzv_endpoint=rdzv,
                     nnodes=get(("--nnodes", "--num_machines")), unresolved=unresolved,
@@ -174,20 +179,37 @@ def read_launch_script(path: str, login_env: dict[str, str] | None = None) -> La
     if len(data) > MAX_SCRIPT_BYTES:
         script.error = f"larger than {MAX_SCRIPT_BYTES} bytes: hashed, not parsed"
         return script
+    # ``known``: every variable set so far (what ``$NAME`` expands to); ``exported``: the names a child process
+    # gets. The login environment is the environment, so all its names are exported already; a plain
+    # ``NAME=value`` of the script is a shell variable until the name is exported.
     known = dict(login_env or {})
+    exported = set(known)
+    assigned: set[str] = set()
     for number, text in _logical_lines(data.decode("utf-8", "replace")):
         for words in _commands(text):
-            assignments = []
+            prefix: list[tuple[str, str]] = []
             while words and "=" in words[0] and _NAME.match(words[0].split("=", 1)[0]):
-                assignments.append(words.pop(0))
+                name, value = words.pop(0).split("=", 1)
+                prefix.append((name, _fill(value, known)[0]))
             if words and words[0] == "export":
-                assignments += [w for w in words[1:] if "=" in w]
-                words = []
-            for item in assignments:
-                name, value = item.split("=", 1)
-                value, _ = _fill(value, known)
-                known[name] = value
-                script.exports[name] = ScriptLine(line=number, text=value)
+                for word in words[1:]:
+                    name, sep, value = word.partition("=")
+                    if not _NAME.match(name):
+                        continue  # an option (-n, -p) or something we do not read
+                    if sep:
+                        known[name] = _fill(value, known)[0]
+                        assigned.add(name)
+                    exported.add(name)
+                    if name in assigned:
+                        script.exports[name] = ScriptLine(line=number, text=known[name])
+                continue
+            if not words:  # plain assignments: they stay in the shell unless the name is exported
+                for name, value in prefix:
+                    known[name] = value
+                    assigned.add(name)
+                    if name in exported:
+                        script.exports[name] = ScriptLine(line=number, text=value)
+                continue
             while words and words[0] in _WRAPPERS:
                 words = words[1:]
             if not words:
@@ -202,5 +224,9 @@ def read_launch_script(path: str, login_env: dict[str, str] | None = None) -> La
                 script.interpreter = ScriptLine(line=number, text=expand_home(_fill(head, known)[0]))
             launcher = _launcher(words)
             if script.endpoint is None and launcher:
-                script.endpoint = _endpoint(launcher, words, number, known)
+                # ``NAME=value cmd`` is cmd's alone: it counts only here, on the launch line, which the launch gets
+                for name, value in prefix:
+                    script.exports[name] = ScriptLine(line=number, text=value)
+                environ = {**{n: v for n, v in known.items() if n in exported}, **dict(prefix)}
+                script.endpoint = _endpoint(launcher, words, number, known, environ)
     return script
