@@ -105,6 +105,18 @@ def test_skill_info_reports_the_box_runtime(ssh_fleet):
     assert ".cache/remote-gpu-trainer" in info.skill_root  # answered by the runtime on the box
 
 
+def test_skill_info_on_a_box_starts_its_login_shell_once(ssh_fleet):
+    """The login shell (start-up files and all) is read once per skill_info, for the training env and for
+    CUDA_VISIBLE_DEVICES both: on a box with a slow .profile, twice is twice as slow."""
+    box = ssh_fleet.add("si-once", scenario="healthy-8xh100")
+    ssh_fleet.install_runtime("si-once")
+    with (box.home / ".profile").open("a") as profile:
+        profile.write('echo started >> "$HOME/login-shells"\n')
+    info = call("skill_info", host="si-once")
+    assert info.host == "si-once"
+    assert (box.home / "login-shells").read_text().count("started") == 1
+
+
 def _listener(port: int) -> subprocess.Popen:
     code = ("import socket, sys, time; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
             f"s.bind(('127.0.0.1', {port})); s.listen(); print('ready', flush=True); time.sleep(120)")

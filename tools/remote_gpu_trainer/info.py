@@ -19,7 +19,7 @@ from pydantic import Field
 from . import __version__
 from .health.checks import Check
 from .health.tool import launch_cuda_visible
-from .hostinfo import in_container
+from .hostinfo import in_container, is_box_runtime
 from .models import StrictModel
 from .nvml_session import nvml_status
 from .paths import skill_markdown_files, skill_root
@@ -27,6 +27,7 @@ from .tables import format_table
 from .toolspec import Progress, ToolSpec
 from .torch_hint import no_training_torch
 from .trainenv.find import ActivateText, PythonPath, TrainingEnv, activate_field, find_training_env, python_field
+from .trainenv.login import read_login_env
 
 
 class SkillInfoInput(StrictModel):
@@ -101,10 +102,12 @@ def skill_info(args: SkillInfoInput, progress: Progress) -> SkillInfo:
     from .remote.runtime import runtime_version
 
     nvml = nvml_status()
+    # On a box both the training env and CUDA_VISIBLE_DEVICES come from the login shell: start it once, not twice.
+    login = read_login_env() if is_box_runtime() else None
     training = find_training_env(args.python, args.activate, mode="names" if args.probe_torch else "find",
-                                 timeout_s=args.timeout_s)
+                                 timeout_s=args.timeout_s, login=login)
     visible = None
-    setting = launch_cuda_visible()
+    setting = launch_cuda_visible(login)
     if setting is not None:  # only then are the GPUs' count and UUIDs worth a health probe
         from .health.tool import HealthInput, probe_gpus
         from .trainenv.launch import cuda_visible_check

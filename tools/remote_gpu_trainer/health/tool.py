@@ -27,6 +27,7 @@ from .zombies import ReapInput, ZombieReport, reap
 
 if TYPE_CHECKING:
     from ..trainenv.launch import Setting
+    from ..trainenv.login import ShellRead
 
 FAKE_ENV = "RGT_HEALTH_FAKE"
 
@@ -62,9 +63,10 @@ def probe_gpus(args: HealthInput, progress: Progress) -> HealthReport:
                  timeout_s=args.timeout_s, kernel_log=kernel_log, processes=processes, progress=progress)
 
 
-def launch_cuda_visible() -> Setting | None:
+def launch_cuda_visible(login: ShellRead | None = None) -> Setting | None:
     """``CUDA_VISIBLE_DEVICES`` as a launch here gets it. On a box (the runtime serving a session) that is the
     login shell's, which ``ssh box cmd`` never sees; run locally, it is the caller's own environment.
+    ``login``: a reading of the login shell the caller already has (starting it again costs its start-up files).
 
     Run locally with the variable unset (the usual ``rgt health``), trainenv is not imported at all: importing
     its modules and building their pydantic models was most of the first probe in a fresh process (42 ms on an
@@ -79,7 +81,7 @@ def launch_cuda_visible() -> Setting | None:
     from ..trainenv.launch import read_launch_env
     from ..trainenv.login import read_login_env
 
-    return read_launch_env(read_login_env()).get("CUDA_VISIBLE_DEVICES")
+    return read_launch_env(login or read_login_env()).get("CUDA_VISIBLE_DEVICES")
 
 
 def gpu_health(args: HealthInput, progress: Progress) -> HealthReport:
