@@ -4,6 +4,7 @@ whatever the GPU says. Real processes, RGT_RUNS_DIR in a temporary folder, short
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -145,3 +146,97 @@ def test_run_stop_reaches_a_job_its_launcher_detached_with_setsid(tmp_path):
     assert stopped.verified, stopped.summary
     final = wait_status(started.run_id, lambda s: s.state not in ("starting", "running"))
     assert final.state == "killed" and "run_stop" in final.detail
+
+
+FULL_DISK_JOB = """import os, subprocess, sys, time
+print("started", flush=True)
+while not os.path.exists("full"):
+    time.sleep(0.05)
+helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1)"])  # a new member: members.json
+with open("progress.log", "a") as out:  # a watched file moves: watch.json
+    for step in range(8):
+        out.write(f"step {{step}}\\n")
+        out.flush()
+        time.sleep(0.2)
+helper.wait()
+while not os.path.exists("{go_on}"):
+    time.sleep(0.05)
+"""
+
+
+@pytest.fixture
+def tiny_disk(runs_dir):
+    """The run ledger on a 512 KiB tmpfs that the test can fill (ENOSPC for real): root only."""
+    import os
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(runs_dir)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    yield runs_dir
+    from tests.conftest import kill_runs
+
+    kill_runs(runs_dir)
+    time.sleep(0.5)
+    subprocess.run(["umount", "-l", str(runs_dir)], check=False)
+
+
+HOG = """import os, sys, time
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o600)
+full = False
+while not os.path.exists(sys.argv[2]):
+    try:
+        os.write(fd, b"\\0" * 4096)
+    except OSError:  # full: take any page freed later too, as a process filling the disk would
+        if not full:
+            open(sys.argv[3], "w").close()
+            full = True
+        time.sleep(0.002)
+os.close(fd)
+os.unlink(sys.argv[1])
+"""
+
+
+def _fill(folder: Path, flags: Path) -> subprocess.Popen:
+    """A process that fills ``folder``'s filesystem and keeps it full (ENOSPC for everyone else) until
+    ``flags/free`` exists; returns once it is full."""
+    hog = subprocess.Popen([PY, "-c", HOG, str(folder / "filler"), str(flags / "free"), str(flags / "filled")])
+    end = time.monotonic() + 10
+    while not (flags / "filled").exists() and time.monotonic() < end:
+        time.sleep(0.02)
+    assert (flags / "filled").exists(), "the filesystem did not fill"
+    return hog
+
+
+def test_a_full_disk_neither_kills_the_supervisor_nor_loses_the_end_notification(tmp_path, tiny_disk):
+    """ENOSPC on the ledger while the run works: the supervisor goes on (the run does not read lost) and records
+    the end once space is back; a run that ends while the disk is still full is notified all the same."""
+    notes = tmp_path / "notes.jsonl"
+    recorder = [PY, str(Path(__file__).parent / "fixtures" / "runs" / "notify_record.py"), str(notes), "{state}",
+                "{message}"]
+    work = tmp_path / "work"
+    work.mkdir()
+    first = call("run_start", argv=[PY, "-c", FULL_DISK_JOB.format(go_on="freed")], cwd=str(work),
+                 watch=["progress.log"], notify=recorder, skip_checks=["disk"])
+    second = call("run_start", argv=[PY, "-c", FULL_DISK_JOB.format(go_on="full")], cwd=str(work),
+                  watch=["progress.log"], notify=recorder, skip_checks=["disk"])
+    for run_id in (first.run_id, second.run_id):
+        log = tiny_disk / run_id / "log"
+        wait_status(run_id, lambda s, log=log: s.state == "running" and "started" in log.read_text())
+    hog = _fill(tiny_disk, work)
+    (work / "full").touch()  # both jobs now spawn a helper and write progress while every ledger write fails
+    end = time.monotonic() + 30
+    while len(notes.read_text().splitlines() if notes.exists() else []) < 1 and time.monotonic() < end:
+        time.sleep(0.2)
+    [ended_full] = [json.loads(line) for line in notes.read_text().splitlines()]
+    assert ended_full["argv"][0] == "succeeded" and "lost" in ended_full["argv"][1], ended_full["argv"]
+    assert ended_full["env"]["RGT_RUN_ID"] == second.run_id
+    (work / "free").touch()
+    hog.wait(timeout=10)
+    (work / "freed").touch()
+    status = wait_status(first.run_id, lambda s: s.state not in ("running", "stalled"))
+    assert status.state == "succeeded", status.detail
+    assert [json.loads(line)["argv"][0] for line in notes.read_text().splitlines()] == ["succeeded", "succeeded"]

@@ -24,6 +24,7 @@ names the rank that failed first and how; ``run_status`` shows it beside the sta
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -483,7 +484,8 @@ def on_stall(run: RunDir) -> str:
         run.write(STACKS, report.model_dump(mode="json"))
         return report.verdict
     except Exception as err:  # forensics are a courtesy: the supervisor must go on watching
-        traceback.print_exc()  # into supervisor.log
+        with contextlib.suppress(OSError):  # a full disk refuses supervisor.log too
+            traceback.print_exc()  # into supervisor.log
         return f"stacks could not be taken: {type(err).__name__}: {err}"
 
 
