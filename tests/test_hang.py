@@ -353,3 +353,19 @@ def test_run_stacks_input_needs_exactly_one_target():
         TOOLS["run_stacks"].call({})
     with pytest.raises(InputError, match="pid"):
         TOOLS["run_stacks"].call({"pid": 1})
+
+
+def test_placement_survives_an_nvml_worker_that_dies_reading_a_gpu(monkeypatch):
+    """NvmlCrash (the worker process died) is a note like a hang, never a traceback out of run_status."""
+    from remote_gpu_trainer.nvml_session import NvmlCrash
+
+    backend = shared_gpu().backend
+
+    def dies(index: int):
+        raise NvmlCrash(f"GPU {index}", "nvmlDeviceGetUtilizationRates", "SIGKILL")
+
+    monkeypatch.setattr(backend, "read_gpu", dies)  # the fake NVML's read, as a worker killed mid-call ends it
+    placement = gpu_placement({7101: 0, 7102: 1, 7103: 2}, ["0,1,2,3"] * 3, backend)
+    assert [(r.rank, r.gpus) for r in placement.ranks] == [(0, [0]), (1, [0]), (2, [1])]
+    assert all(g.util_percent is None for g in placement.gpus)
+    assert "did not answer" in placement.note and "worker process died" in placement.note, placement.note

@@ -21,7 +21,7 @@ from pydantic import Field
 
 from ..health.backend import NvmlBackend
 from ..models import StrictModel
-from ..nvml_session import NvmlHang
+from ..nvml_session import NvmlFault
 from .gpu import default_backend, read_holders
 from .hang import rank_ranges
 
@@ -101,8 +101,8 @@ def gpu_placement(ranks: dict[int, int | None], cuda_visible: list[str | None], 
                 snap = backend.worker.call(partial(backend.read_gpu, gpu.index), f"GPU {gpu.index}",
                                            max(deadline - time.monotonic(), 0.05))
                 util = snap.utilization_gpu if isinstance(snap.utilization_gpu, int) else None
-            except NvmlHang as hang:
-                note = f"NVML hung reading GPU {gpu.index} ({hang})"
+            except NvmlFault as fault:  # hung, or its worker process died (NvmlCrash): a note, never a traceback
+                note = f"NVML did not answer reading GPU {gpu.index} ({fault})"
         used = [p.used_bytes for p in mine if p.used_bytes is not None]
         rows.append(GpuRow(gpu=gpu.index, visible=gpu.index in visible,
                            ranks=sorted(r for p in mine if (r := ranks[p.pid]) is not None),
