@@ -324,10 +324,18 @@ def test_run_status_maps_real_rank_processes_through_the_fake(tmp_path, monkeypa
     try:
         log = Path(started.log)
         kids = tuple(int(p) for p in _wait_file(log, "\n").split())
-        monkeypatch.setattr(run_tool, "default_backend", lambda: shared_gpu(kids).backend)
+        backend = shared_gpu(kids).backend
+        reads: list[tuple[str, int]] = []
+        for name in ("read_processes", "read_gpu"):  # count what NVML is asked (each GPU once is enough)
+            original = getattr(backend, name)
+            monkeypatch.setattr(backend, name, lambda i, name=name, original=original: (reads.append((name, i)),
+                                                                                        original(i))[1])
+        monkeypatch.setattr(run_tool, "default_backend", lambda: backend)
         assert ranks_of([started.pid, *kids])[0] == {kids[0]: 0, kids[1]: 1, kids[2]: 2}
         status = run_tool.SPECS[1].call({"run_id": started.run_id})
         assert status.placement.findings[0].startswith("ranks 0, 1 share GPU 0")
+        assert [g.gpu_util_percent for g in status.gpu] == [99, 99, 96]
+        assert sorted(reads) == sorted(set(reads)), f"a GPU read twice by one run_status: {sorted(reads)}"
         assert "GPU 0: ranks 0, 1 · 99 % busy" in run_tool.render_status(status)
     finally:
         os.killpg(started.pid, signal.SIGKILL)
