@@ -443,3 +443,19 @@ def test_without_gpu_readings_a_scan_that_cannot_see_every_process_never_reads_i
     assert any("cannot" in e and ("4242" in e or "scan" in e) for e in decision.evidence), decision.evidence
     assert any("4242" in r or "scan" in r for r in blockers(stop, [ended], blind))
     assert blockers(replace(stop, action="notify"), [ended], blind) == []
+
+
+def test_box_idle_gives_no_checkpoint_outlook_for_a_run_that_ended(box):
+    """A run that ended saves nothing more: its old saves must not be extrapolated into space it will never take."""
+    folder = box / "ckpt"
+    folder.mkdir()
+    for age, step in ((7200, 10), (3600, 20)):
+        path = folder / f"checkpoint-{step}.pt"
+        path.write_bytes(b"\0" * 1000)
+        os.utime(path, (time.time() - age, time.time() - age))
+    run_dir = _run(box, "r1", None, ended=True)
+    (run_dir / "meta.json").write_text(json.dumps({"pgid": None, "output_dirs": [], "checkpoint_dir": str(folder),
+                                                   "save_every_steps": 10}))
+    result = BOX_IDLE.call({"window_s": 0})
+    [row] = result.runs
+    assert row.state == "ended" and row.checkpoints is None, row.checkpoints
