@@ -377,3 +377,23 @@ def test_placement_survives_an_nvml_worker_that_dies_reading_a_gpu(monkeypatch):
     assert [(r.rank, r.gpus) for r in placement.ranks] == [(0, [0]), (1, [0]), (2, [1])]
     assert all(g.util_percent is None for g in placement.gpus)
     assert "did not answer" in placement.note and "worker process died" in placement.note, placement.note
+
+
+def test_py_spy_started_by_the_supervisor_is_not_a_process_of_the_run(runs_dir, tmp_path, monkeypatch):
+    """At a stall of a run without the rank hook the supervisor runs py-spy: it must not join the run's session
+    unmarked, or run_stop would count it (and could kill it) and a dry-run token would go stale when it exits."""
+    from remote_gpu_trainer.runs import tool as run_tool
+    from remote_gpu_trainer.runs.ledger import RunDir
+
+    bin_dir, seen = tmp_path / "bin", tmp_path / "py-spy.pids"
+    bin_dir.mkdir()
+    fake = bin_dir / "py-spy"  # a slow stand-in, so the test can look while it runs
+    fake.write_text(f"#!/bin/sh\necho $$ >> {seen}\nsleep 4\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    started = run_tool.SPECS[0].call({"argv": [sys.executable, "-c", "import time; time.sleep(60)"],
+                                      "cwd": str(tmp_path), "rank_hook": False, "stall_after_s": 1})
+    spy = int(_wait_file(seen, "\n", timeout_s=20).split()[0])
+    members = run_tool.run_pids(RunDir(runs_dir / started.run_id))
+    assert started.pid in members and spy not in members, (spy, members)
+    assert os.getsid(spy) != os.getsid(started.pid)

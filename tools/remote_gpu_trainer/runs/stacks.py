@@ -278,9 +278,15 @@ def _read_from(path: Path, offset: int) -> str:
 
 
 def _py_spy(binary: str, pid: int, timeout_s: float) -> tuple[str, str | None]:
+    """One ``py-spy dump`` of ``pid``. Own session and the helper mark: started by the supervisor it would
+    otherwise sit in the run's session and count as a run process (run_stop could fingerprint and kill it, and a
+    dry-run token would go stale when it exits)."""
+    from ..processes.snapshot import HELPER_ENV
+
     try:
         out = subprocess.run([binary, "dump", "--nonblocking", "--full-filenames", "--pid", str(pid)],
-                             capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+                             capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL,
+                             start_new_session=True, env={**os.environ, HELPER_ENV: "py-spy"})
     except subprocess.TimeoutExpired:
         return "", f"py-spy timed out after {timeout_s:g} s"
     except OSError as err:
