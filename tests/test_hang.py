@@ -397,3 +397,21 @@ def test_py_spy_started_by_the_supervisor_is_not_a_process_of_the_run(runs_dir, 
     members = run_tool.run_pids(RunDir(runs_dir / started.run_id))
     assert started.pid in members and spy not in members, (spy, members)
     assert os.getsid(spy) != os.getsid(started.pid)
+
+
+def test_a_py_spy_that_never_answers_costs_the_timeout_once_not_once_per_round(tmp_path, monkeypatch):
+    """collect's timeout_s bounds the py-spy phase as a whole: the second sample gets what the first left."""
+    fake = tmp_path / "py-spy"
+    fake.write_text("#!/bin/sh\nexec sleep 30\n")  # a py-spy stuck on a process it cannot read
+    fake.chmod(0o755)
+    monkeypatch.setattr(stacks_module, "py_spy_path", lambda: str(fake))
+    target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        began = time.monotonic()
+        [stacks] = collect([target.pid], None, timeout_s=2.0)
+        took = time.monotonic() - began
+    finally:
+        target.kill()
+        target.wait()
+    assert "timed out" in (stacks.error or ""), stacks
+    assert took < 3.0, f"the py-spy phase took {took:.1f} s with timeout_s=2"
