@@ -240,3 +240,28 @@ def test_a_full_disk_neither_kills_the_supervisor_nor_loses_the_end_notification
     status = wait_status(first.run_id, lambda s: s.state not in ("running", "stalled"))
     assert status.state == "succeeded", status.detail
     assert [json.loads(line)["argv"][0] for line in notes.read_text().splitlines()] == ["succeeded", "succeeded"]
+
+
+def test_a_stall_is_judged_on_the_stacks_just_taken_not_on_an_older_stacks_json(tmp_path, tiny_disk):
+    """The previous stall's stacks.json said 'progressing'; this stall's stacks cannot be written (full disk). The
+    supervisor must judge the stacks it just took (not moving: a stall), not re-read the stale file and postpone."""
+    from remote_gpu_trainer.runs.hang import STACKS, on_stall
+    from remote_gpu_trainer.runs.supervisor import StallWatch, _watch_stall
+
+    started = call("run_start", argv=[PY, "-c", "import time; time.sleep(120)"], cwd=str(tmp_path),
+                   rank_hook=False, stall_after_s=600, skip_checks=["disk"])
+    run = RunDir(tiny_disk / started.run_id)
+    wait_status(started.run_id, lambda s: s.state == "running")
+    on_stall(run)  # an earlier stall's stacks.json, then edited as if its stacks had moved
+    earlier = json.loads(run.file(STACKS).read_text())
+    assert earlier["finding"] != "progressing", earlier["verdict"]
+    run.write(STACKS, {**earlier, "finding": "progressing"})
+    stall = StallWatch(run, 0.2)
+    time.sleep(0.5)
+    hog = _fill(tiny_disk, tmp_path)
+    try:
+        _watch_stall(run, run.meta(), stall, [started.pid])
+    finally:
+        (tmp_path / "free").touch()
+        hog.wait(timeout=10)
+    assert stall.stalled, "postponed on the stale 'progressing' of the previous stall's stacks.json"

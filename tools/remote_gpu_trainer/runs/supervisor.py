@@ -52,7 +52,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..processes.snapshot import HELPER_ENV, ProcessTable, read_cmdline, read_environ, read_start_ticks, snapshot
 from ..processes.workers import worker_kind
@@ -61,6 +61,9 @@ from .members import live_members, record
 from .oom import Cgroup, cgroups_of, kernel_oom_lines, oom_kill_count
 from .states import end_state, signal_name
 from .watch import WATCH, ProgressFiles
+
+if TYPE_CHECKING:
+    from .hang import HangReport
 
 DIAGNOSIS_TAIL_BYTES = 256 * 1024
 EVENT_OF_STATE = {"succeeded": "ended", "killed": "ended", "ended": "ended", "failed": "failed",
@@ -326,8 +329,9 @@ def _gpu_evidence(live: list[int]) -> str:
             else "; the GPUs it holds are idle")
 
 
-def stall_forensics(run: RunDir) -> str:
-    """Once per stall: every rank's stack, grouped, kept in ``stacks.json``; the one-line verdict (``hang.py``)."""
+def stall_forensics(run: RunDir) -> tuple[str, HangReport | None]:
+    """Once per stall: every rank's stack, grouped, kept in ``stacks.json``; the one-line verdict and the report
+    (``hang.py``)."""
     from .hang import on_stall
 
     return on_stall(run)
@@ -336,10 +340,7 @@ def stall_forensics(run: RunDir) -> str:
 def _watch_stall(run: RunDir, meta: dict[str, Any], stall: StallWatch, live: list[int]) -> None:
     if not stall.check(live):
         return
-    verdict = stall_forensics(run)
-    from .hang import stored_report
-
-    report = stored_report(run)
+    verdict, report = stall_forensics(run)  # this stall's report, never stacks.json re-read (its write may fail)
     if report is not None and report.finding == "progressing" and not stall.overdue():
         stall.postpone()  # quiet, but computing: every stack moved between samples
         return
