@@ -265,3 +265,28 @@ def test_a_stall_is_judged_on_the_stacks_just_taken_not_on_an_older_stacks_json(
         (tmp_path / "free").touch()
         hog.wait(timeout=10)
     assert stall.stalled, "postponed on the stale 'progressing' of the previous stall's stacks.json"
+
+
+def test_watch_globs_are_looked_up_on_the_scan_throttle_and_a_forced_poll_still_finds_a_late_log(tmp_path,
+                                                                                                 monkeypatch):
+    """A ``**`` glob over a big tree every poll (about once a second) is costly: globs share the open-file scan's
+    throttle; the final poll(force=True) still finds a log that appeared in the run's last moments."""
+    import glob as glob_module
+
+    from remote_gpu_trainer.runs.watch import ProgressFiles
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "logs").mkdir()
+    files = ProgressFiles(RunDir(tmp_path / "run"), {"cwd": str(tmp_path), "watch": ["logs/**/*.log"],
+                                                     "stall_after_s": 900})
+    calls = []
+    real_glob = glob_module.glob
+    monkeypatch.setattr(glob_module, "glob", lambda *a, **k: (calls.append(a), real_glob(*a, **k))[1])
+    for _ in range(10):
+        files.poll([])
+    assert len(calls) == 1, f"{len(calls)} glob lookups in 10 quick polls"
+    (tmp_path / "logs" / "late.log").write_text("step 1\n")
+    files.poll([])
+    assert str(tmp_path / "logs" / "late.log") not in files.sources  # not looked up again yet
+    files.poll([], force=True)
+    assert files.sources.get(str(tmp_path / "logs" / "late.log")) == "watch 'logs/**/*.log'"
