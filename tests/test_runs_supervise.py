@@ -239,6 +239,9 @@ def test_a_full_disk_neither_kills_the_supervisor_nor_loses_the_end_notification
     (work / "freed").touch()
     status = wait_status(first.run_id, lambda s: s.state not in ("running", "stalled"))
     assert status.state == "succeeded", status.detail
+    end = time.monotonic() + 15  # the notification follows exit.json
+    while len(notes.read_text().splitlines()) < 2 and time.monotonic() < end:
+        time.sleep(0.1)
     assert [json.loads(line)["argv"][0] for line in notes.read_text().splitlines()] == ["succeeded", "succeeded"]
 
 
