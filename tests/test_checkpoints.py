@@ -77,6 +77,20 @@ def test_inodes_run_out_before_bytes(tmpfs):
     assert outlook.files_per_checkpoint == 11  # ten files and the folder itself
 
 
+def test_keep_last_counts_every_checkpoint_in_the_folder_not_only_the_newest_few_read(tmpfs):
+    """keep_last=10 with 10 checkpoints already there: one more save lands before the oldest goes, so one save of
+    space is needed, not keep_last + 1 - 3 (saved_checkpoints reads only the newest 3)."""
+    folder = tmpfs("ckpt-kept", "size=1400k")
+    for step in range(10, 110, 10):
+        torch_like_zip(folder / f"checkpoint-{step}.pt", 100_000, seed=step)
+        os.utime(folder / f"checkpoint-{step}.pt", (time.time() - 1000 + step, time.time() - 1000 + step))
+    outlook = checkpoint_outlook(folder, progress=Progress(step=105, total=10_000, throughput=1.0,
+                                                           throughput_unit="it/s"), horizon_s=NIGHT_S, keep_last=10)
+    assert outlook.saves_ahead > 8 and outlook.free_bytes < 8 * outlook.newest_bytes
+    assert outlook.needed_bytes == outlook.newest_bytes, outlook.summary
+    assert outlook.verdict is Verdict.WARN and "fits" in outlook.summary, outlook.summary  # WARN: tmpfs, RAM
+
+
 def test_truncated_checkpoints_are_found_by_their_headers(tmp_path):
     good = tmp_path / "good"
     good.mkdir()

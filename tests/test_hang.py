@@ -324,10 +324,18 @@ def test_run_status_maps_real_rank_processes_through_the_fake(tmp_path, monkeypa
     try:
         log = Path(started.log)
         kids = tuple(int(p) for p in _wait_file(log, "\n").split())
-        monkeypatch.setattr(run_tool, "default_backend", lambda: shared_gpu(kids).backend)
+        backend = shared_gpu(kids).backend
+        reads: list[tuple[str, int]] = []
+        for name in ("read_processes", "read_gpu"):  # count what NVML is asked (each GPU once is enough)
+            original = getattr(backend, name)
+            monkeypatch.setattr(backend, name, lambda i, name=name, original=original: (reads.append((name, i)),
+                                                                                        original(i))[1])
+        monkeypatch.setattr(run_tool, "default_backend", lambda: backend)
         assert ranks_of([started.pid, *kids])[0] == {kids[0]: 0, kids[1]: 1, kids[2]: 2}
         status = run_tool.SPECS[1].call({"run_id": started.run_id})
         assert status.placement.findings[0].startswith("ranks 0, 1 share GPU 0")
+        assert [g.gpu_util_percent for g in status.gpu] == [99, 99, 96]
+        assert sorted(reads) == sorted(set(reads)), f"a GPU read twice by one run_status: {sorted(reads)}"
         assert "GPU 0: ranks 0, 1 · 99 % busy" in run_tool.render_status(status)
     finally:
         os.killpg(started.pid, signal.SIGKILL)
@@ -353,3 +361,57 @@ def test_run_stacks_input_needs_exactly_one_target():
         TOOLS["run_stacks"].call({})
     with pytest.raises(InputError, match="pid"):
         TOOLS["run_stacks"].call({"pid": 1})
+
+
+def test_placement_survives_an_nvml_worker_that_dies_reading_a_gpu(monkeypatch):
+    """NvmlCrash (the worker process died) is a note like a hang, never a traceback out of run_status."""
+    from remote_gpu_trainer.nvml_session import NvmlCrash
+
+    backend = shared_gpu().backend
+
+    def dies(index: int):
+        raise NvmlCrash(f"GPU {index}", "nvmlDeviceGetUtilizationRates", "SIGKILL")
+
+    monkeypatch.setattr(backend, "read_gpu", dies)  # the fake NVML's read, as a worker killed mid-call ends it
+    placement = gpu_placement({7101: 0, 7102: 1, 7103: 2}, ["0,1,2,3"] * 3, backend)
+    assert [(r.rank, r.gpus) for r in placement.ranks] == [(0, [0]), (1, [0]), (2, [1])]
+    assert all(g.util_percent is None for g in placement.gpus)
+    assert "did not answer" in placement.note and "worker process died" in placement.note, placement.note
+
+
+def test_py_spy_started_by_the_supervisor_is_not_a_process_of_the_run(runs_dir, tmp_path, monkeypatch):
+    """At a stall of a run without the rank hook the supervisor runs py-spy: it must not join the run's session
+    unmarked, or run_stop would count it (and could kill it) and a dry-run token would go stale when it exits."""
+    from remote_gpu_trainer.runs import tool as run_tool
+    from remote_gpu_trainer.runs.ledger import RunDir
+
+    bin_dir, seen = tmp_path / "bin", tmp_path / "py-spy.pids"
+    bin_dir.mkdir()
+    fake = bin_dir / "py-spy"  # a slow stand-in, so the test can look while it runs
+    fake.write_text(f"#!/bin/sh\necho $$ >> {seen}\nsleep 4\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    started = run_tool.SPECS[0].call({"argv": [sys.executable, "-c", "import time; time.sleep(60)"],
+                                      "cwd": str(tmp_path), "rank_hook": False, "stall_after_s": 1})
+    spy = int(_wait_file(seen, "\n", timeout_s=20).split()[0])
+    members = run_tool.run_pids(RunDir(runs_dir / started.run_id))
+    assert started.pid in members and spy not in members, (spy, members)
+    assert os.getsid(spy) != os.getsid(started.pid)
+
+
+def test_a_py_spy_that_never_answers_costs_the_timeout_once_not_once_per_round(tmp_path, monkeypatch):
+    """collect's timeout_s bounds the py-spy phase as a whole: the second sample gets what the first left."""
+    fake = tmp_path / "py-spy"
+    fake.write_text("#!/bin/sh\nexec sleep 30\n")  # a py-spy stuck on a process it cannot read
+    fake.chmod(0o755)
+    monkeypatch.setattr(stacks_module, "py_spy_path", lambda: str(fake))
+    target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        began = time.monotonic()
+        [stacks] = collect([target.pid], None, timeout_s=2.0)
+        took = time.monotonic() - began
+    finally:
+        target.kill()
+        target.wait()
+    assert "timed out" in (stacks.error or ""), stacks
+    assert took < 3.0, f"the py-spy phase took {took:.1f} s with timeout_s=2"

@@ -412,3 +412,50 @@ def test_on_stalled_a_stalled_run_is_idle_whatever_its_gpu_utilisation():
     foreign = Window(True, "ok", "fake", time.time(), 2.0, 3,
                      [GpuWindow(0, utilization=[100], processes={4242: 1 << 30, 999_999: 1 << 30})])
     assert any("GPU 0" in reason for reason in blockers(config, [hung], foreign))
+
+
+@pytest.mark.parametrize("scan", ["raises", "unreadable"])
+def test_without_gpu_readings_a_scan_that_cannot_see_every_process_never_reads_idle(monkeypatch, scan):
+    """GPU load unreadable, one run ended: the /proc scan decides whether a foreign CUDA job runs. When the scan
+    fails, or (not root) cannot list another user's open files, idle is unproven: box_idle says unknown and an
+    action=stop guard is blocked (a stop could kill that user's job); a notify guard may still tell."""
+    from remote_gpu_trainer.health import holders
+    from remote_gpu_trainer.idle.guard import GuardConfig, blockers
+    from remote_gpu_trainer.idle.ledger import RunView
+    from remote_gpu_trainer.idle.sampling import Window
+    from remote_gpu_trainer.idle.verdict import decide
+
+    ended = RunView(run_id="r1", state="ended", run_dir=Path("/nonexistent"), pgid=None, pids=frozenset(),
+                    ended_at=time.time() - 600, last_output_at=None, output_dirs=())
+    blind = Window(False, "no driver", "fake", time.time(), 2.0, 0, [])
+    stop = GuardConfig(action="stop", idle_s=60, util_threshold=5, on_stalled=False, allow_unsynced=False,
+                       interval_s=1, stall_s=1800, paths=[])
+    # This test runs as root, where every /proc/<pid>/fd is listable: the scan's two failure modes are stood in for.
+    assert decide(blind, [ended], 5).verdict == "idle"  # a scan that sees everything: idle, as before
+    if scan == "raises":
+        def failing(*_a, **_k):
+            raise PermissionError(13, "Permission denied", "/proc")
+        monkeypatch.setattr(holders, "scan_device_holders", failing)
+    else:
+        monkeypatch.setattr(holders, "scan_device_holders", lambda *_a, **_k: holders.DeviceScan({}, frozenset({4242})))
+    decision = decide(blind, [ended], 5)
+    assert decision.verdict == "unknown", decision
+    assert any("cannot" in e and ("4242" in e or "scan" in e) for e in decision.evidence), decision.evidence
+    assert any("4242" in r or "scan" in r for r in blockers(stop, [ended], blind))
+    assert blockers(replace(stop, action="notify"), [ended], blind) == []
+
+
+def test_box_idle_gives_no_checkpoint_outlook_for_a_run_that_ended(box):
+    """A run that ended saves nothing more: its old saves must not be extrapolated into space it will never take."""
+    folder = box / "ckpt"
+    folder.mkdir()
+    for age, step in ((7200, 10), (3600, 20)):
+        path = folder / f"checkpoint-{step}.pt"
+        path.write_bytes(b"\0" * 1000)
+        os.utime(path, (time.time() - age, time.time() - age))
+    run_dir = _run(box, "r1", None, ended=True)
+    (run_dir / "meta.json").write_text(json.dumps({"pgid": None, "output_dirs": [], "checkpoint_dir": str(folder),
+                                                   "save_every_steps": 10}))
+    result = BOX_IDLE.call({"window_s": 0})
+    [row] = result.runs
+    assert row.state == "ended" and row.checkpoints is None, row.checkpoints

@@ -391,3 +391,25 @@ def test_ram_orphans_of_a_killed_rank_are_reaped_without_nvml_and_live_jobs_are_
                 os.kill(pid, signal.SIGKILL)
         live.kill()
         live.wait()
+
+
+def test_a_ram_orphans_command_is_shown_whole_and_printable_as_a_gpu_holders_is():
+    """A ``python -c`` script's newlines and an escape sequence in argv must not reach a table raw."""
+    from remote_gpu_trainer.health.holders import RamOrphan
+    from remote_gpu_trainer.health.zombies import _ram_row
+    from remote_gpu_trainer.processes.snapshot import snapshot
+
+    script = "import time\n# \x1b[2J" + "x" * 500 + "\ntime.sleep(30)"
+    proc_ = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        info = snapshot(proc_.pid)
+        deadline = time.monotonic() + 5
+        while "time.sleep(30)" not in info.command and time.monotonic() < deadline:  # argv visible after exec
+            time.sleep(0.05)
+            info = snapshot(proc_.pid)
+        row = _ram_row(RamOrphan(info, "DataLoader worker", 1 << 20, True, "test", 1.0))
+    finally:
+        proc_.kill()
+        proc_.wait()
+    assert row.command.isprintable() and "\\n" in row.command and "\\x1b" in row.command, row.command
+    assert row.command.endswith("time.sleep(30)"), "a long command is shown whole, not cut at 400 characters"

@@ -159,8 +159,8 @@ KillStep = Callable[..., KillReport]
 def _ram_row(orphan: RamOrphan) -> RamOrphanRow:
     info = orphan.info
     return RamOrphanRow(pid=info.pid, ppid=info.ppid, kind=orphan.kind, rss_bytes=orphan.rss_bytes,
-                        command=info.command[:400], user=info.username or (str(info.uid) if info.uid is not None
-                                                                            else None),
+                        command=whole_command(info.command),
+                        user=info.username or (str(info.uid) if info.uid is not None else None),
                         age_s=round(orphan.age_s, 1) if orphan.age_s is not None else None,
                         candidate=orphan.candidate, reason=orphan.reason)
 

@@ -204,7 +204,8 @@ def remove(state: Path | None = None, reason: str = "removed by the user") -> bo
 def blockers(config: GuardConfig, runs: list[RunView], window: Window) -> list[str]:
     """Why the box must not be treated as idle right now (empty: it is idle at this check). GPU load held only
     by a stalled run does not block with ``on_stalled`` (a hung collective spins at 100 %); without GPU readings
-    the runs and their files decide (verdict.py)."""
+    the runs and their files decide (verdict.py), and for ``action=stop`` a /proc scan that cannot rule out another
+    user's CUDA job blocks too."""
     reasons = [f"run {r.run_id} is running" for r in runs if r.state == "running"]
     stalled = {r.run_id for r in runs if r.state == "stalled"}
     if stalled and not config.on_stalled:
@@ -215,7 +216,10 @@ def blockers(config: GuardConfig, runs: list[RunView], window: Window) -> list[s
             run_id = mine.get(pid)
             if run_id and not (config.on_stalled and run_id in stalled):
                 reasons.append(f"process {pid} of run {run_id} is on GPU {gpu.index}")
-    reasons += gpu_work(window, runs, config.util_threshold)
+    work, doubts = gpu_work(window, runs, config.util_threshold)
+    reasons += work
+    if config.action == "stop":  # a stop must be proven safe; a notice on a doubt only costs a message
+        reasons += doubts
     if not window.ok and not runs:
         reasons.append(f"{unreadable_note(window)}; no run of ours is recorded, so nothing shows the box idle")
     return reasons

@@ -224,14 +224,16 @@ def box_idle(args: BoxIdleInput, progress: Progress) -> BoxIdle:
 
 
 def _outlook(run, provider: str | None) -> CheckpointOutlook | None:
-    """The checkpoint outlook of a run that named its checkpoint folder (run_start/run_adopt checkpoint_dir)."""
+    """The checkpoint outlook of a live run that named its checkpoint folder (run_start/run_adopt checkpoint_dir).
+    None for a run that ended: it saves nothing more, and extrapolating its old saves forward would predict space
+    it will never take."""
     from ..runs.checkpoints import checkpoint_outlook
     from ..runs.progress import progress_of
 
     meta = run.meta or {}
-    if not meta.get("checkpoint_dir"):
+    if not meta.get("checkpoint_dir") or run.state == "ended":
         return None
-    progress = progress_of(Path(run.follows)) if run.follows and run.state != "ended" else None
+    progress = progress_of(Path(run.follows)) if run.follows else None
     return checkpoint_outlook(Path(meta["checkpoint_dir"]), progress=progress, provider=provider,
                               save_every_steps=meta.get("save_every_steps"), keep_last=meta.get("keep_last"))
 

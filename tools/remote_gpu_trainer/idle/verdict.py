@@ -12,7 +12,9 @@ Rules, in order (the first that applies decides):
    autostop cannot see).
 3. **idle** — no run of ours alive and every GPU under the threshold for the whole window. Idle since the last
    run ended, or, with no run recorded, since the window began (at least).
-4. **unknown** — only when nothing can be read at all (no GPU reading and no ledger on this box).
+4. **unknown** — when nothing can be read at all (no GPU reading and no ledger on this box), or when GPU load
+   cannot be read and the /proc scan cannot rule out a foreign CUDA job (the scan failed, or processes of other
+   users keep their open files from a non-root caller): idle must be proven, never assumed.
 
 **Without GPU readings** (no NVML: a CPU box, a container without the NVIDIA runtime, a hung driver) the verdict
 is decided from our runs' states and their log/file progress alone, and the evidence says so: a job that was
@@ -44,8 +46,9 @@ def owners(runs: list[RunView]) -> dict[int, str]:
     return {pid: run.run_id for run in runs for pid in run.pids}
 
 
-def gpu_work(window: Window, runs: list[RunView], util_threshold: int) -> list[str]:
-    """Why the GPUs say the box is working (empty: they do not). Load held only by stalled runs is no work."""
+def gpu_work(window: Window, runs: list[RunView], util_threshold: int) -> tuple[list[str], list[str]]:
+    """Why the GPUs say the box is working, and why they cannot prove it idle (both empty: idle as far as the GPUs
+    go). Load held only by stalled runs is no work. Doubts arise only without GPU readings (see foreign_cuda)."""
     stalled = {pid for run in runs if run.state == "stalled" for pid in run.pids}
     if not window.ok:
         return foreign_cuda(runs)
@@ -57,20 +60,29 @@ def gpu_work(window: Window, runs: list[RunView], util_threshold: int) -> list[s
         if holders and holders <= stalled:
             continue
         reasons.append(f"GPU {gpu.index} at {gpu.util_max}% (threshold {util_threshold}%)")
-    return reasons
+    return reasons, []
 
 
-def foreign_cuda(runs: list[RunView]) -> list[str]:
-    """Without GPU readings: processes holding a CUDA context that are not our runs' (a /proc scan)."""
+def foreign_cuda(runs: list[RunView]) -> tuple[list[str], list[str]]:
+    """Without GPU readings: (work, doubts) from a /proc scan. Work: processes holding a CUDA context that are not
+    our runs'. Doubts: why the scan cannot rule such a process out — it failed, or it could not list the open files
+    of some processes (other users' when not root). A doubt must never read as idle: a stop then could kill another
+    user's CUDA job."""
     from ..health.holders import scan_device_holders
 
     mine = set(owners(runs))
     try:
-        holders = scan_device_holders().holders
-    except OSError:
-        return []
-    return [f"pid {pid} holds a CUDA context (/dev/nvidia-uvm) and is not a run of ours; GPU load cannot be read, "
-            "so it counts as work" for pid, use in sorted(holders.items()) if use.uvm and pid not in mine]
+        scan = scan_device_holders()
+    except OSError as err:
+        return [], [f"GPU load cannot be read and the /proc scan for CUDA contexts failed ({err}): "
+                    "a job of another user cannot be ruled out"]
+    work = [f"pid {pid} holds a CUDA context (/dev/nvidia-uvm) and is not a run of ours; GPU load cannot be read, "
+            "so it counts as work" for pid, use in sorted(scan.holders.items()) if use.uvm and pid not in mine]
+    hidden = sorted(scan.unreadable - mine)
+    doubts = [f"GPU load cannot be read and the open files of {len(hidden)} process(es) of other users cannot be "
+              f"listed (e.g. pid {', '.join(map(str, hidden[:5]))}; not root?): any of them may hold a CUDA context, "
+              "so the box cannot be proven idle"] if hidden else []
+    return work, doubts
 
 
 def unreadable_note(window: Window) -> str:
@@ -81,7 +93,7 @@ def unreadable_note(window: Window) -> str:
 def decide(window: Window, runs: list[RunView], util_threshold: int) -> Decision:
     running = [r for r in runs if r.state == "running"]
     stalled = [r for r in runs if r.state == "stalled"]
-    loaded = gpu_work(window, runs, util_threshold)
+    loaded, doubts = gpu_work(window, runs, util_threshold)
     evidence = []
     if running:
         evidence.append(f"run(s) of ours running: {', '.join(r.run_id for r in running)}")
@@ -100,7 +112,9 @@ def decide(window: Window, runs: list[RunView], util_threshold: int) -> Decision
                  f"{r.last_output_at if r.last_output_at is not None else 'start'} (unix time)" for r in stalled]
         return Decision("stalled", None, quiet + held + ([f"every GPU under {util_threshold}% over "
                                                           f"{window.seconds:.0f} s"] if window.ok and not held else [])
-                        + ([unreadable_note(window)] if not window.ok else []))
+                        + ([unreadable_note(window)] if not window.ok else []) + doubts)
+    if doubts:
+        return Decision("unknown", None, evidence + doubts)
     ended = [r.ended_at for r in runs if r.ended_at is not None]
     since = max(ended) if ended else window.started_at
     if window.ok:

@@ -124,6 +124,18 @@ def saved_checkpoints(folder: Path, deep: int = MAX_SAVES_READ) -> list[Saved]:
     return sorted(found, key=lambda s: (s.step if s.step is not None else -1, s.mtime))
 
 
+def count_checkpoints(folder: Path) -> int:
+    """How many saves ``folder`` holds, by their names alone (one directory listing, no walk): a checkpoint file,
+    or a folder whose name carries a step (HF's ``checkpoint-500``). Retention (keep_last) needs them all, while
+    saved_checkpoints reads only the newest few."""
+    try:
+        with os.scandir(folder) as entries:
+            return sum(1 for e in entries if (e.name.lower().endswith(CHECKPOINT_SUFFIXES) and not e.is_dir())
+                       or (e.is_dir() and _step_of(e.name) is not None))
+    except OSError:
+        return 0
+
+
 def _mtime(path: Path) -> float:
     try:
         return path.stat().st_mtime
@@ -349,7 +361,9 @@ def checkpoint_outlook(folder: Path, *, progress: Progress | None, horizon_s: fl
                                                                          // out.save_every_s)
     kept = "" if keep_last is None else f", {keep_last} kept"
     if out.saves_ahead is not None:
-        piling = out.saves_ahead if keep_last is None else min(out.saves_ahead, max(1, keep_last + 1 - len(saves)))
+        # with keep_last, the folder grows only until it holds keep_last + 1 (a save lands before the oldest goes)
+        held = max(len(saves), count_checkpoints(folder)) if keep_last is not None else 0
+        piling = out.saves_ahead if keep_last is None else min(out.saves_ahead, max(1, keep_last + 1 - held))
         out.needed_bytes, out.needed_inodes = piling * newest.size, piling * newest.inodes
         short_bytes = out.needed_bytes > (out.free_bytes or 0)
         short_inodes = out.free_inodes is not None and out.needed_inodes > out.free_inodes

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from functools import partial
 
 from pydantic import Field
@@ -59,26 +60,53 @@ def read_holders(indices: list[int] | None, backend: NvmlBackend | None = None,
         return [], f"NVML did not answer ({fault}): run gpu_health"
 
 
-def run_gpu_use(pids: set[int], backend: NvmlBackend | None = None,
-                timeout_s: float = 5.0) -> tuple[list[GpuUse], str | None]:
-    """One row per (GPU, run pid) that NVML lists, with the GPU's utilisation; and a note if NVML failed."""
-    backend = backend or default_backend()
-    gpus, note = read_holders(None, backend, timeout_s)
+@dataclass
+class GpuReading:
+    """Every GPU's process list, read once, and each GPU's utilisation read at most once, under one deadline:
+    run_status's two views of the GPUs (the run's use, its placement) share it instead of each reading NVML."""
+
+    backend: NvmlBackend
+    holders: list[GpuProcesses]
+    note: str | None
+    deadline: float
+    utils: dict[int, int | None] = field(default_factory=dict)
+    faults: dict[int, str] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, backend: NvmlBackend | None = None, timeout_s: float = 5.0) -> GpuReading:
+        backend = backend or default_backend()
+        deadline = time.monotonic() + timeout_s
+        holders, note = read_holders(None, backend, timeout_s)
+        return cls(backend, holders, note, deadline)
+
+    def util(self, index: int) -> int | None:
+        """GPU ``index``'s utilisation (None: not reported, or NVML did not answer: then ``faults`` says why)."""
+        if index not in self.utils:
+            try:
+                snap = self.backend.worker.call(partial(self.backend.read_gpu, index), f"GPU {index}",
+                                                max(self.deadline - time.monotonic(), 0.05))
+                self.utils[index] = snap.utilization_gpu if isinstance(snap.utilization_gpu, int) else None
+            except NvmlFault as fault:  # hung or its worker died: a note, never a traceback
+                self.utils[index] = None
+                self.faults[index] = f"NVML did not answer reading GPU {index} ({fault})"
+        return self.utils[index]
+
+
+def run_gpu_use(pids: set[int], backend: NvmlBackend | None = None, timeout_s: float = 5.0,
+                reading: GpuReading | None = None) -> tuple[list[GpuUse], str | None]:
+    """One row per (GPU, run pid) that NVML lists, with the GPU's utilisation; and a note if NVML failed.
+    ``reading``: NVML as already read (run_status shares one with gpu_placement)."""
+    reading = reading or GpuReading.read(backend, timeout_s)
+    note = reading.note
     rows: list[GpuUse] = []
-    util: dict[int, int | None] = {}
-    deadline = time.monotonic() + timeout_s
-    for gpu in gpus:
+    for gpu in reading.holders:
         if isinstance(gpu.processes, tuple):
             mine = [p for p in gpu.processes if p.pid in pids]
-            if mine and gpu.index not in util:
-                try:
-                    snap = backend.worker.call(partial(backend.read_gpu, gpu.index), f"GPU {gpu.index}",
-                                               max(deadline - time.monotonic(), 0.05))
-                    util[gpu.index] = snap.utilization_gpu if isinstance(snap.utilization_gpu, int) else None
-                except NvmlFault as fault:
-                    note, util[gpu.index] = f"NVML did not answer reading GPU {gpu.index} ({fault})", None
-            rows += [GpuUse(gpu=gpu.index, pid=p.pid, used_bytes=p.used_bytes, gpu_util_percent=util.get(gpu.index))
-                     for p in mine]
+            if mine:
+                util = reading.util(gpu.index)
+                note = reading.faults.get(gpu.index, note)
+                rows += [GpuUse(gpu=gpu.index, pid=p.pid, used_bytes=p.used_bytes, gpu_util_percent=util)
+                         for p in mine]
     return rows, note
 
 

@@ -24,8 +24,10 @@ names the rank that failed first and how; ``run_status`` shows it beside the sta
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import sys
 import time
 import traceback
 from collections.abc import Iterable
@@ -475,16 +477,23 @@ def stored_report(run: RunDir) -> HangReport | None:
         return None
 
 
-def on_stall(run: RunDir) -> str:
+def on_stall(run: RunDir) -> tuple[str, HangReport | None]:
     """Called once by the supervisor when it marks the run stalled: take the stacks, keep them in the run
-    folder (``stacks.json``), return the one-line verdict for the notification. Never raises."""
+    folder (``stacks.json``), return the one-line verdict for the notification and the report (None when the
+    stacks could not be taken). The report is returned, not left to be re-read: if the write failed (a full disk),
+    stacks.json still holds the previous stall's report. Never raises."""
     try:
         report = investigate_run(run, timeout_s=8.0)
-        run.write(STACKS, report.model_dump(mode="json"))
-        return report.verdict
     except Exception as err:  # forensics are a courtesy: the supervisor must go on watching
-        traceback.print_exc()  # into supervisor.log
-        return f"stacks could not be taken: {type(err).__name__}: {err}"
+        with contextlib.suppress(OSError):  # a full disk refuses supervisor.log too
+            traceback.print_exc()  # into supervisor.log
+        return f"stacks could not be taken: {type(err).__name__}: {err}", None
+    try:
+        run.write(STACKS, report.model_dump(mode="json"))
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            print(f"[rgt supervisor] could not write {STACKS}: {err}", file=sys.stderr, flush=True)
+    return report.verdict, report
 
 
 def investigate_pid(pid: int, *, samples: int, interval_s: float, timeout_s: float) -> HangReport:

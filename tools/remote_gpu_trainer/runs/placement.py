@@ -14,15 +14,11 @@ GPUs CUDA's default order gives the same indices).
 
 from __future__ import annotations
 
-import time
-from functools import partial
-
 from pydantic import Field
 
 from ..health.backend import NvmlBackend
 from ..models import StrictModel
-from ..nvml_session import NvmlHang
-from .gpu import default_backend, read_holders
+from .gpu import GpuReading
 from .hang import rank_ranges
 
 
@@ -76,15 +72,15 @@ def _visible(cuda_visible: list[str | None], count: int) -> set[int]:
 
 
 def gpu_placement(ranks: dict[int, int | None], cuda_visible: list[str | None], backend: NvmlBackend | None = None,
-                  timeout_s: float = 5.0) -> Placement | None:
-    """Map run processes (pid → rank, None for a process without RANK) to GPUs. None: no GPU here."""
-    backend = backend or default_backend()
-    holders, note = read_holders(None, backend, timeout_s)
+                  timeout_s: float = 5.0, reading: GpuReading | None = None) -> Placement | None:
+    """Map run processes (pid → rank, None for a process without RANK) to GPUs. None: no GPU here.
+    ``reading``: NVML as already read (run_status shares one with run_gpu_use)."""
+    reading = reading or GpuReading.read(backend, timeout_s)
+    holders, note = reading.holders, reading.note
     if note:
         return Placement(note=note) if "unavailable" not in note else None
     if not holders:
         return None
-    deadline = time.monotonic() + timeout_s
     visible = _visible(cuda_visible, len(holders))
     rows: list[GpuRow] = []
     on: dict[int, list[int]] = {pid: [] for pid in ranks}
@@ -97,12 +93,8 @@ def gpu_placement(ranks: dict[int, int | None], cuda_visible: list[str | None], 
             on[proc.pid].append(gpu.index)
         util = None
         if mine or gpu.index in visible:
-            try:
-                snap = backend.worker.call(partial(backend.read_gpu, gpu.index), f"GPU {gpu.index}",
-                                           max(deadline - time.monotonic(), 0.05))
-                util = snap.utilization_gpu if isinstance(snap.utilization_gpu, int) else None
-            except NvmlHang as hang:
-                note = f"NVML hung reading GPU {gpu.index} ({hang})"
+            util = reading.util(gpu.index)
+            note = reading.faults.get(gpu.index, note)
         used = [p.used_bytes for p in mine if p.used_bytes is not None]
         rows.append(GpuRow(gpu=gpu.index, visible=gpu.index in visible,
                            ranks=sorted(r for p in mine if (r := ranks[p.pid]) is not None),

@@ -278,9 +278,15 @@ def _read_from(path: Path, offset: int) -> str:
 
 
 def _py_spy(binary: str, pid: int, timeout_s: float) -> tuple[str, str | None]:
+    """One ``py-spy dump`` of ``pid``. Own session and the helper mark: started by the supervisor it would
+    otherwise sit in the run's session and count as a run process (run_stop could fingerprint and kill it, and a
+    dry-run token would go stale when it exits)."""
+    from ..processes.snapshot import HELPER_ENV
+
     try:
         out = subprocess.run([binary, "dump", "--nonblocking", "--full-filenames", "--pid", str(pid)],
-                             capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+                             capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL,
+                             start_new_session=True, env={**os.environ, HELPER_ENV: "py-spy"})
     except subprocess.TimeoutExpired:
         return "", f"py-spy timed out after {timeout_s:g} s"
     except OSError as err:
@@ -340,10 +346,16 @@ def collect(pids: list[int], stacks_dir: Path | None, *, samples: int = 3, inter
     rest = [t for t in targets if not history[t.pid] and t.stacks.role != "launcher" and is_python(t.pid)]
     binary = py_spy_path() if use_py_spy and rest else None
     if binary:
-        left = max(1.0, deadline - time.monotonic())
         with ThreadPoolExecutor(max_workers=min(8, len(rest))) as pool:
-            for _ in range(2):  # two samples: enough to tell moving from stuck
-                outs = list(pool.map(lambda t: _py_spy(binary, t.pid, min(PY_SPY_TIMEOUT_S, left)), rest))
+            for number in range(2):  # two samples: enough to tell moving from stuck
+                # what timeout_s has left, recomputed each round: a py-spy that hangs must not cost it twice
+                left = deadline - time.monotonic()
+                if number == 0:
+                    left = max(1.0, left)  # the first sample always gets a chance
+                if left <= 0:
+                    break
+                outs = list(pool.map(lambda t, left=left: _py_spy(binary, t.pid, min(PY_SPY_TIMEOUT_S, left)),
+                                     rest))
                 for target, (text, error) in zip(rest, outs, strict=True):
                     threads = parse_py_spy(text, target.pid) if text else []
                     if threads:

@@ -50,8 +50,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..processes.snapshot import HELPER_ENV, ProcessTable, read_cmdline, read_environ, read_start_ticks, snapshot
 from ..processes.workers import worker_kind
@@ -61,6 +62,9 @@ from .oom import Cgroup, cgroups_of, kernel_oom_lines, oom_kill_count
 from .states import end_state, signal_name
 from .watch import WATCH, ProgressFiles
 
+if TYPE_CHECKING:
+    from .hang import HangReport
+
 DIAGNOSIS_TAIL_BYTES = 256 * 1024
 EVENT_OF_STATE = {"succeeded": "ended", "killed": "ended", "ended": "ended", "failed": "failed",
                   "oom_killed": "oom_killed", "stalled": "stalled"}
@@ -69,6 +73,27 @@ STATE_WORD = {"succeeded": "succeeded", "failed": "FAILED", "killed": "KILLED", 
 PR_SET_CHILD_SUBREAPER = 36
 RECHECK_AFTER = 3
 """Silence of this many thresholds is a stall even while the stacks move (a Python loop polling forever)."""
+
+
+def log(line: str) -> None:
+    """One line into supervisor.log (the supervisor's stderr); a full disk may refuse it, and that is no reason to
+    stop watching."""
+    try:
+        print(f"[rgt supervisor {time.strftime('%Y-%m-%d %H:%M:%S')}] {line}", file=sys.stderr, flush=True)
+    except OSError:
+        pass
+
+
+def bookkeep(what: str, write: Callable[..., object], *args: Any, **kwargs: Any) -> bool:
+    """Run one bookkeeping write; False when it failed. An OSError (ENOSPC on a full disk, EIO) is logged and the
+    watch goes on: the supervisor is the only one that records how the run ends, and if it died the run would read
+    ``lost`` and nobody would be notified."""
+    try:
+        write(*args, **kwargs)
+        return True
+    except OSError as err:
+        log(f"could not write {what}: {err}; going on")
+        return False
 
 
 def poll_interval(stall_after_s: float) -> float:
@@ -144,7 +169,8 @@ def notify(run: RunDir, meta: dict[str, Any], state: str, detail: str, diagnosis
                           "host": meta.get("host") or box_name(), "step": "" if step is None else str(step)},
                    env={"RGT_RUN_ID": run.run_id, "RGT_RUN_STATE": state, "RGT_RUN_DIAGNOSIS": diagnosis,
                         "RGT_RUN_DIR": str(run.path)}, cwd=run.path)
-    append_jsonl(run.file(NOTIFICATIONS), {**record_, "event": EVENT_OF_STATE.get(state, state), "message": message})
+    bookkeep(NOTIFICATIONS, append_jsonl, run.file(NOTIFICATIONS),
+             {**record_, "event": EVENT_OF_STATE.get(state, state), "message": message})
 
 
 class Watch:
@@ -159,6 +185,8 @@ class Watch:
         """Every process of the run ever seen → its start ticks (kept after it ends: the OOM evidence needs them)."""
         self.commands: dict[int, str] = {}
         self.cgroups: dict[Cgroup, int | None] = {}
+        self.unrecorded = False
+        """members.json is behind (its last write failed): write it again at the next poll."""
 
     def sample(self) -> list[int]:
         """The run's live processes now; new ones are recorded (members.json) with their cgroups' OOM counters."""
@@ -178,9 +206,9 @@ class Watch:
                 if cgroup not in self.cgroups:
                     self.cgroups[cgroup] = oom_kill_count(cgroup)
             self._note_python(pid)
-        if new or set(self.known) - live:
+        if new or set(self.known) - live or self.unrecorded:
             self.known = {pid: ticks for pid, ticks in self.known.items() if pid in live}
-            record(self.run, self.known)
+            self.unrecorded = not bookkeep("members.json", record, self.run, self.known)
         self.pids |= live
         return sorted(live)
 
@@ -192,7 +220,7 @@ class Watch:
         exe = python_of(pid)
         if exe:
             self.meta["python_exe"] = exe
-            self.run.update_meta(python_exe=exe)
+            bookkeep("meta.json (python_exe)", self.run.update_meta, python_exe=exe)
 
     def parent(self, pid: int) -> int | None:
         info = snapshot(pid)
@@ -276,7 +304,7 @@ class StallWatch:
 
     def declare(self, detail: str) -> None:
         since = max(self.files.last_change() or self.started, self.started)
-        self.run.write(STALL, {"since": since, "detected_at": self.candidate_at, "detail": detail,
+        bookkeep(STALL, self.run.write, STALL, {"since": since, "detected_at": self.candidate_at, "detail": detail,
                                "follows": self.files.follows(),
                                "decided_by": "no change in any progress file, and the stacks did not move (or "
                                              f"{RECHECK_AFTER} thresholds passed); GPU load is evidence only"})
@@ -301,8 +329,9 @@ def _gpu_evidence(live: list[int]) -> str:
             else "; the GPUs it holds are idle")
 
 
-def stall_forensics(run: RunDir) -> str:
-    """Once per stall: every rank's stack, grouped, kept in ``stacks.json``; the one-line verdict (``hang.py``)."""
+def stall_forensics(run: RunDir) -> tuple[str, HangReport | None]:
+    """Once per stall: every rank's stack, grouped, kept in ``stacks.json``; the one-line verdict and the report
+    (``hang.py``)."""
     from .hang import on_stall
 
     return on_stall(run)
@@ -311,10 +340,7 @@ def stall_forensics(run: RunDir) -> str:
 def _watch_stall(run: RunDir, meta: dict[str, Any], stall: StallWatch, live: list[int]) -> None:
     if not stall.check(live):
         return
-    verdict = stall_forensics(run)
-    from .hang import stored_report
-
-    report = stored_report(run)
+    verdict, report = stall_forensics(run)  # this stall's report, never stacks.json re-read (its write may fail)
     if report is not None and report.finding == "progressing" and not stall.overdue():
         stall.postpone()  # quiet, but computing: every stack moved between samples
         return
@@ -325,9 +351,10 @@ def _watch_stall(run: RunDir, meta: dict[str, Any], stall: StallWatch, live: lis
 
 
 def _write_watch(run: RunDir, files: ProgressFiles, last: dict[str, Any] | None) -> dict[str, Any]:
+    """watch.json when what the run is followed by changed; the record last written (retried when a write failed)."""
     now = files.record()
-    if now != last:
-        run.write(WATCH, now)
+    if now != last and not bookkeep(WATCH, run.write, WATCH, now):
+        return last
     return now
 
 
@@ -347,13 +374,21 @@ def _start_child(run: RunDir, meta: dict[str, Any]) -> subprocess.Popen[bytes] |
 
 
 def _finish(run: RunDir, meta: dict[str, Any], record_: dict[str, Any], logs: list[Path]) -> None:
+    """exit.json, then the notification, whatever happened to exit.json: a full disk must not also cost the person
+    the message that the run ended (it then says that run_status will read the run as lost)."""
     record_.setdefault("ended_at", time.time())
-    if record_["state"] in ("failed", "oom_killed", "ended"):
-        record_["diagnosis_first_line"] = first_diagnosis_line(logs)
-    run.write(EXIT, record_)
-    run.file(STALL).unlink(missing_ok=True)
-    notify(run, meta, record_["state"], record_["detail"], record_.get("diagnosis_first_line", ""),
-           log=logs[0] if logs else None)
+    detail = record_["detail"]
+    try:
+        if record_["state"] in ("failed", "oom_killed", "ended"):
+            record_["diagnosis_first_line"] = first_diagnosis_line(logs)
+        run.write(EXIT, record_)
+        run.file(STALL).unlink(missing_ok=True)
+    except OSError as err:
+        log(f"could not write {EXIT}: {err}")
+        detail += f" (exit.json could not be written: {err.strerror or err}; run_status will read the run as lost)"
+    finally:
+        notify(run, meta, record_["state"], detail, record_.get("diagnosis_first_line", ""),
+               log=logs[0] if logs else None)
 
 
 def _reap(reaped: dict[int, int]) -> None:
@@ -436,10 +471,11 @@ def supervise(run: RunDir) -> int:
             continued.update((pid, watch.commands.get(pid, "")) for pid in top)
             if not going:
                 break
-            if len(going) != last_count:
+            if len(going) != last_count and bookkeep(
+                    LAUNCHER, run.write, LAUNCHER, {"exit_code": launcher[0], "signal": launcher[1],
+                                                    "continuing": going, "at": time.time(),
+                                                    "commands": [watch.commands.get(p, "") for p in going]}):
                 last_count = len(going)
-                run.write(LAUNCHER, {"exit_code": launcher[0], "signal": launcher[1], "continuing": going,
-                                     "commands": [watch.commands.get(p, "") for p in going], "at": time.time()})
         _watch_stall(run, meta, stall, live)
         shown = _write_watch(run, files, shown)
         time.sleep(interval)

@@ -33,7 +33,7 @@ from ..trainenv.find import ActivateText, PythonPath, TrainingEnv, activate_fiel
 from . import start as starting
 from .adopt import absolute_logs, resolve
 from .checkpoints import CheckpointOutlook, checkpoint_outlook
-from .gpu import GpuUse, default_backend, run_gpu_use
+from .gpu import GpuReading, GpuUse, default_backend, run_gpu_use
 from .hang import HangSummary, hang_summary
 from .ledger import EXIT, RUN_ID_PATTERN, STOP, RunDir, list_runs, run_dir, write_json
 from .members import live_members
@@ -436,9 +436,9 @@ def _outlook(args: RunStatusInput, meta: dict[str, Any], progress_now: TrainingP
 def _gpu(pids: list[int]) -> tuple[list[GpuUse], str | None, Placement | None]:
     if not pids:
         return [], None, None
-    backend = default_backend()
-    rows, note = run_gpu_use(set(pids), backend)
-    return rows, note, gpu_placement(*ranks_of(pids), backend)
+    reading = GpuReading.read(default_backend())  # one pass over NVML for both views
+    rows, note = run_gpu_use(set(pids), reading=reading)
+    return rows, note, gpu_placement(*ranks_of(pids), reading=reading)
 
 
 def run_status(args: RunStatusInput, progress: Progress) -> RunStatus:

@@ -6,8 +6,8 @@ the run's stdout alone would call such a run stalled while its real log grows. S
 
 * its own log (stdout and stderr, ``log`` in the run folder), for runs we started;
 * the log paths given to run_adopt / run_status (``logs``);
-* the ``watch`` paths or globs of run_start, relative to the run's cwd, looked up again at every poll (a
-  ``runs/*/train.log`` that appears later is found);
+* the ``watch`` paths or globs of run_start, relative to the run's cwd, looked up again every few seconds and at
+  the run's end (a ``runs/*/train.log`` that appears later is found);
 * every regular file a process of the run holds open for writing (``processes/openfiles.py``), remembered
   once seen (a log rotated or closed between writes stays followed).
 
@@ -34,7 +34,8 @@ NOT_LOGS = (".pt", ".pth", ".bin", ".safetensors", ".ckpt", ".pkl", ".pickle", "
 """Written by a run and counted as progress, but never followed for progress lines."""
 MAX_FILES = 256
 SCAN_EVERY_S = 2.0
-"""How often the open files of every process of the run are looked through (their sizes are read every poll)."""
+"""How often the watch globs are looked up and the open files of every process of the run looked through (at
+most; their sizes are read every poll). A ``**`` glob over a big tree is too costly for every poll."""
 
 
 def is_log(path: str) -> bool:
@@ -63,26 +64,31 @@ class ProgressFiles:
             self.sources[str(path)] = "given"
         self.changed_at: dict[str, float] = {}
         self.next_scan = 0.0
+        self.scan_every = min(SCAN_EVERY_S, float(meta.get("stall_after_s") or 900) / 4)
+        """A quarter of the stall threshold at most: a watched log that appears late is found before its silence
+        could read as a stall."""
 
     def _discover(self, members: list[int], force: bool = False) -> bool:
+        """New progress files from the globs and the processes' open files, on the scan throttle or when forced."""
+        now = time.monotonic()
+        if not force and now < self.next_scan:
+            return False
+        self.next_scan = now + self.scan_every
         before = len(self.sources)
-        for pattern in self.globs:  # cheap: every poll, so a log that appears late is found at once
+        for pattern in self.globs:
             for match in sorted(glob.glob(str(self.cwd / pattern), recursive=True))[:MAX_FILES]:
                 if os.path.isfile(match):
                     self.sources.setdefault(os.path.abspath(match), f"watch {pattern!r}")
-        now = time.monotonic()
-        if force or now >= self.next_scan:
-            self.next_scan = now + SCAN_EVERY_S
-            inside = str(self.run.path) + os.sep
-            for pid in members:
-                for path in files_open_for_writing(pid):
-                    if not path.startswith(inside) and len(self.sources) < MAX_FILES:
-                        self.sources.setdefault(path, f"written by pid {pid}")
+        inside = str(self.run.path) + os.sep
+        for pid in members:
+            for path in files_open_for_writing(pid):
+                if not path.startswith(inside) and len(self.sources) < MAX_FILES:
+                    self.sources.setdefault(path, f"written by pid {pid}")
         return len(self.sources) != before
 
     def poll(self, members: list[int], force: bool = False) -> bool:
         """Look for new files and read every file's modification time; True when the set of files changed.
-        ``force`` looks through the processes' open files now, whenever they were last looked through."""
+        ``force`` looks up the globs and the processes' open files now, whenever they were last looked up."""
         new_files = self._discover(members, force)
         for path in self.sources:
             state = _stat(path)
