@@ -162,6 +162,18 @@ def test_a_segfault_in_one_call_costs_that_check_and_the_next_call_works(fake_nv
     assert _verdicts(second) == _verdicts(first) and nvml_session.session().restarts == 1
 
 
+def test_a_skipped_handle_call_makes_that_gpu_unknown_not_lost(fake_nvml):
+    """After nvmlDeviceGetHandleByIndex crashed the worker it is skipped: that says nothing about the GPU, so its
+    verdict is UNKNOWN naming the call, never FAIL "lost (XID 79), move the job"."""
+    fake_nvml("healthy-8xh100", fault="segv:nvmlDeviceGetHandleByIndex_v2@3")
+    report = GPU_HEALTH.call({})
+    reachable = _check(report, 3, "reachable")
+    assert reachable.verdict is Verdict.UNKNOWN, reachable
+    assert "nvmlDeviceGetHandleByIndex" in reachable.observed and "SIGSEGV" in reachable.observed
+    assert "XID 79" not in reachable.explanation and report.verdict is Verdict.UNKNOWN
+    assert all(c.verdict in (Verdict.PASS, Verdict.SKIP) for g in report.gpus if g.index != 3 for c in g.checks)
+
+
 def test_a_segfault_on_every_gpu_is_survived_once_per_gpu(fake_nvml):
     fake_nvml("healthy-8xh100", fault="segv:nvmlDeviceGetRemappedRows", once=False)
     report = GPU_HEALTH.call({})

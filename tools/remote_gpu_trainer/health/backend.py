@@ -59,6 +59,8 @@ class Unread:
     detail: str = ""
     code: int | None = None
     """The raw nvmlReturn_t, for the few callers that treat one specific error specially."""
+    skipped: bool = False
+    """Not called at all: it crashed an earlier worker (the skip list). Says nothing about the GPU itself."""
 
 
 NOT_READ = Unread(ErrorKind.ERROR, "-", "not read")
@@ -317,7 +319,7 @@ class PynvmlBackend:
         """``pynvml.<name>(*args)``, or an Unread; raises _Lost when the GPU is gone."""
         skipped = self.skip.get((name, index))
         if skipped:
-            return Unread(ErrorKind.ERROR, name, skipped)
+            return Unread(ErrorKind.ERROR, name, skipped, skipped=True)
         label = f"{name} (GPU {index})" if index is not None else name
         if self._note:
             self._note(label)
@@ -345,7 +347,9 @@ class PynvmlBackend:
 
     def _handle(self, index: int) -> Any:
         handle = self._call(index, "nvmlDeviceGetHandleByIndex", index)
-        if isinstance(handle, Unread):  # no handle at all: as good as lost (nvidia-smi "Unknown Error")
+        # No handle at all: as good as lost (nvidia-smi "Unknown Error"), or, when the call was skipped, unread:
+        # either way nothing more can be read, and lost_check tells the two apart.
+        if isinstance(handle, Unread):
             raise _Lost(handle)
         return handle
 
