@@ -289,9 +289,15 @@ class _Worker:
         return self.process.pid
 
     def in_flight(self) -> tuple[str, float] | None:
-        """The call the worker is in (label, seconds so far), read from the shared page."""
-        started, = struct.unpack_from("d", self.page, 0)
-        raw = self.page[8:PROGRESS_SIZE]
+        """The call the worker is in (label, seconds so far), read from the shared page; None when in none.
+
+        Callers (``NvmlSession.busy``) read it without the session's lock, so a concurrent close may have
+        unmapped the page: that worker is in no call any more, not an error."""
+        try:
+            started, = struct.unpack_from("d", self.page, 0)
+            raw = self.page[8:PROGRESS_SIZE]
+        except ValueError:  # mmap closed
+            return None
         label = raw.split(b"\0", 1)[0].decode(errors="replace")
         if not label:
             return None
