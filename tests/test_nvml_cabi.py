@@ -121,11 +121,13 @@ def test_a_struct_passed_by_value_is_refused_or_crashes_at_the_c_abi(fake_env):
 
 
 REVERTED_ADAPTER = """
-import ctypes, types
+import ctypes
 from remote_gpu_trainer.health import backend
 from remote_gpu_trainer.nvml_worker import open_nvml
-backend.ctypes = types.SimpleNamespace(byref=lambda struct: struct)  # the adapter as it was before issue 27
 assert open_nvml().ok
+# The adapter as it was before issue 27. _fabric imports ctypes when called and looks byref up then; pynvml,
+# imported by open_nvml above, keeps the byref it bound at its own import.
+ctypes.byref = lambda struct: struct
 print(backend.PynvmlBackend().read_gpu(0).fabric)
 """
 
@@ -134,7 +136,7 @@ def test_reverting_the_byref_fix_fails_here(fake_env):
     """The adapter with the fix reverted (struct by value), in a child: it must not read the fabric."""
     reverted = _child(REVERTED_ADAPTER, env={**fake_env, "PYTHONPATH": str(ROOT / "tools")})
     assert reverted.returncode < 0 or "Fabric(state=3" not in reverted.stdout, reverted.stdout
-    fixed = _child(REVERTED_ADAPTER.replace("backend.ctypes = ", "_ = "), env={**fake_env,
+    fixed = _child(REVERTED_ADAPTER.replace("ctypes.byref = ", "_ = "), env={**fake_env,
                                                                                 "PYTHONPATH": str(ROOT / "tools")})
     assert fixed.returncode == 0 and "Fabric(state=3, status=0)" in fixed.stdout, fixed.stderr
 

@@ -16,7 +16,6 @@ monkeypatched pynvml) a native fault would take the calling process with it.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import time
@@ -508,7 +507,10 @@ class PynvmlBackend:
     def _fabric(self, index: int, handle: Any) -> Reading[Fabric]:
         """The one struct this adapter hands to NVML itself. pynvml sets no ``argtypes`` and passes the
         argument straight to C, so it must be ``ctypes.byref(info)``: the struct itself (by value)
-        made NVML write through a garbage pointer and segfaulted the process on a real H100."""
+        made NVML write through a garbage pointer and segfaulted the process on a real H100. ctypes is
+        imported here, in the NVML worker, not with the module: every tool's parent process imports this one."""
+        import ctypes
+
         nv = self._nvml
         info = nv.c_nvmlGpuFabricInfoV_t()
         info.version = nv.nvmlGpuFabricInfo_v2
