@@ -124,6 +124,18 @@ def test_cli_homes_name_the_module_of_every_command():
         assert fast == {s.cli for s in registry.all_specs() if not s.internal and s.cli.split()[0] == word}
 
 
+def test_a_command_other_than_health_does_not_import_the_health_daemon_client():
+    """healthd (its socket protocol, codestamp) serves only `rgt health`: another command's start-up skips it."""
+    code = ("import sys; from remote_gpu_trainer import cli; cli.build_parser(cli.cli_specs('diagnose')); "
+            "print('remote_gpu_trainer.healthd' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "False", done.stdout + done.stderr
+    code = ("import sys; from remote_gpu_trainer import cli; cli.build_parser(cli.cli_specs('health')); "
+            "print('remote_gpu_trainer.healthd' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "True", done.stdout + done.stderr  # --no-daemon's help comes from it
+
+
 def test_one_command_imports_only_its_own_tool_module():
     code = ("import sys; from remote_gpu_trainer import cli; cli.build_parser(cli.cli_specs('health'))"
             ".parse_args(['health', '--help'])")

@@ -421,3 +421,13 @@ def test_field_values_and_fabric_struct_through_pynvml_wrappers(cfuncs):
     assert recovery == NV.NVML_GPU_RECOVERY_ACTION_GPU_RESET
     assert isinstance(replays, Unread) and replays.kind is ErrorKind.NOT_SUPPORTED
     assert backend._fabric(0, None) == Fabric(NV.NVML_GPU_FABRIC_STATE_IN_PROGRESS, 0)
+
+
+def test_the_health_tool_imports_no_ctypes_in_the_calling_process():
+    """Only the NVML worker builds ctypes structs (_fabric): the process that imports the tool does not need it."""
+    import subprocess
+    import sys
+
+    code = "import sys; import remote_gpu_trainer.health.tool; print('ctypes' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "False", done.stdout + done.stderr

@@ -366,3 +366,15 @@ def test_another_users_connection_is_refused():
     listener.close()
     shutil.rmtree(where)
     assert os.read(reply_r, 100) == b"got:"  # closed without a word
+
+
+@pytest.mark.parametrize("words", [["--timeout-", "100"], ["--timeout_=100"], ["--timeout-s", "100"]])
+def test_the_reply_limit_reads_the_timeout_as_the_cli_parser_does(words):
+    """argparse takes an unambiguous abbreviation (--timeout- is --timeout-s): the client's limit must follow it,
+    or it gives up at 75 s on a probe the daemon is still allowed to run for 200."""
+    from remote_gpu_trainer.cli import build_parser
+
+    argv = ["health", *words, "--sample-", "5"]
+    parsed = build_parser().parse_args(argv)
+    assert (float(parsed.timeout_s), float(parsed.sample_s)) == (100.0, 5.0)
+    assert healthd.reply_limit_s(argv) == 2 * 100 + 5 + 15

@@ -121,11 +121,13 @@ def test_a_struct_passed_by_value_is_refused_or_crashes_at_the_c_abi(fake_env):
 
 
 REVERTED_ADAPTER = """
-import ctypes, types
+import ctypes
 from remote_gpu_trainer.health import backend
 from remote_gpu_trainer.nvml_worker import open_nvml
-backend.ctypes = types.SimpleNamespace(byref=lambda struct: struct)  # the adapter as it was before issue 27
 assert open_nvml().ok
+# The adapter as it was before issue 27. _fabric imports ctypes when called and looks byref up then; pynvml,
+# imported by open_nvml above, keeps the byref it bound at its own import.
+ctypes.byref = lambda struct: struct
 print(backend.PynvmlBackend().read_gpu(0).fabric)
 """
 
@@ -134,7 +136,7 @@ def test_reverting_the_byref_fix_fails_here(fake_env):
     """The adapter with the fix reverted (struct by value), in a child: it must not read the fabric."""
     reverted = _child(REVERTED_ADAPTER, env={**fake_env, "PYTHONPATH": str(ROOT / "tools")})
     assert reverted.returncode < 0 or "Fabric(state=3" not in reverted.stdout, reverted.stdout
-    fixed = _child(REVERTED_ADAPTER.replace("backend.ctypes = ", "_ = "), env={**fake_env,
+    fixed = _child(REVERTED_ADAPTER.replace("ctypes.byref = ", "_ = "), env={**fake_env,
                                                                                 "PYTHONPATH": str(ROOT / "tools")})
     assert fixed.returncode == 0 and "Fabric(state=3, status=0)" in fixed.stdout, fixed.stderr
 
@@ -160,6 +162,18 @@ def test_a_segfault_in_one_call_costs_that_check_and_the_next_call_works(fake_nv
     second = GPU_HEALTH.call({})  # the same worker answers at once; the crashing call stays skipped
     assert time.monotonic() - started < 5 and nvml_session.session().worker_pid == pid
     assert _verdicts(second) == _verdicts(first) and nvml_session.session().restarts == 1
+
+
+def test_a_skipped_handle_call_makes_that_gpu_unknown_not_lost(fake_nvml):
+    """After nvmlDeviceGetHandleByIndex crashed the worker it is skipped: that says nothing about the GPU, so its
+    verdict is UNKNOWN naming the call, never FAIL "lost (XID 79), move the job"."""
+    fake_nvml("healthy-8xh100", fault="segv:nvmlDeviceGetHandleByIndex_v2@3")
+    report = GPU_HEALTH.call({})
+    reachable = _check(report, 3, "reachable")
+    assert reachable.verdict is Verdict.UNKNOWN, reachable
+    assert "nvmlDeviceGetHandleByIndex" in reachable.observed and "SIGSEGV" in reachable.observed
+    assert "XID 79" not in reachable.explanation and report.verdict is Verdict.UNKNOWN
+    assert all(c.verdict in (Verdict.PASS, Verdict.SKIP) for g in report.gpus if g.index != 3 for c in g.checks)
 
 
 def test_a_segfault_on_every_gpu_is_survived_once_per_gpu(fake_nvml):

@@ -177,3 +177,28 @@ def test_without_pynvml_the_worker_answers_pynvml_missing(tmp_path, monkeypatch)
     status = nvml_session.nvml_status()
     assert status.reason == "pynvml_missing" and "nvidia-ml-py is not installed" in status.detail
     assert nvml_session.session().restarts == 0
+
+
+def test_an_error_reply_from_the_worker_is_an_nvml_fault_callers_catch(fake_nvml):
+    """The worker answers a bug on its side with ("error", text): callers catch NvmlFault only, so it must be one
+    (a plain RuntimeError escaped them as a traceback), and the worker keeps serving."""
+    fake_nvml("healthy-8xh100")
+    session = nvml_session.session()
+    assert session.status().ok
+    pid = session.worker_pid
+    with pytest.raises(nvml_session.NvmlFault) as raised:
+        session.request("no_such_op")
+    assert isinstance(raised.value, nvml_session.NvmlWorkerError)
+    assert "no_such_op" in str(raised.value) and "KeyError" in str(raised.value)
+    assert session.worker_pid == pid and session.restarts == 0
+
+
+def test_busy_racing_a_close_reads_nothing_rather_than_raising(fake_nvml):
+    """busy() takes the worker without the lock (it must answer while a call holds it): a close in between leaves
+    it a worker whose progress page is unmapped, which must read as "in no call", not ValueError: mmap closed."""
+    fake_nvml("healthy-8xh100")
+    session = nvml_session.session()
+    assert session.status().ok
+    worker = session._worker  # what a concurrent busy() holds when close() runs
+    session.close()
+    assert worker is not None and worker.in_flight() is None

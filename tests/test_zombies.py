@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -413,3 +414,50 @@ def test_a_ram_orphans_command_is_shown_whole_and_printable_as_a_gpu_holders_is(
         proc_.wait()
     assert row.command.isprintable() and "\\n" in row.command and "\\x1b" in row.command, row.command
     assert row.command.endswith("time.sleep(30)"), "a long command is shown whole, not cut at 400 characters"
+
+
+# --- a supervised run's own processes: the supervisor is their parent (subreaper), yet they are live -------------
+
+
+@pytest.mark.parametrize("how", ["direct", "nohup"])
+def test_a_live_supervised_job_holding_a_gpu_is_never_an_orphan(devices, runs_dir, tmp_path, how):
+    """The supervisor starts the job in its own process group and adopts what a launcher detaches (nohup … &):
+    neither has a dead launcher, so neither may be called an orphan or offered by the reaper."""
+    from remote_gpu_trainer.runs.tool import SPECS
+
+    holder = [sys.executable, "-c", HOLDER, str(devices / "nvidia0"), str(devices / "nvidia-uvm")]
+    if how == "direct":
+        argv = holder
+    else:
+        script = tmp_path / "launch.sh"
+        script.write_text(f"#!/bin/sh\nnohup {shlex.join(holder)} >/dev/null 2>&1 &\nexit 0\n")
+        script.chmod(0o755)
+        argv = [str(script)]
+    tools = {spec.name: spec for spec in SPECS}
+    started = tools["run_start"].call({"argv": argv, "cwd": str(tmp_path)})
+    supervisor = None
+
+    def job() -> int | None:
+        nonlocal supervisor
+        for p in psutil.process_iter():
+            try:
+                if "remote_gpu_trainer.runs.supervisor" in p.cmdline() and started.run_id in " ".join(p.cmdline()):
+                    supervisor = p.pid
+                    kids = [c.pid for c in p.children() if _holds(c.pid, devices / "nvidia0")]
+                    return kids[0] if kids else None
+            except psutil.Error:
+                continue
+        return None
+
+    _wait(lambda: job() is not None, timeout=30)
+    pid = job()
+    assert psutil.Process(pid).ppid() == supervisor
+    _wait(lambda: psutil.Process(pid).status() == psutil.STATUS_SLEEPING)
+    source = LocalProcesses(device_prefix=str(devices / "nvidia"))
+    gone, why = parent_gone(source.info(pid), source)
+    assert not gone, why
+    holder_row = by_pid(classify([backend_listing(pid).read_processes(0)], source, min_age_s=0))[pid]
+    assert holder_row.cls is HolderClass.ACTIVE and not holder_row.candidate, holder_row.reason
+    dry = reap(ReapInput(min_age_s=0), backend_listing(pid), processes=source)
+    assert dry.kill is None or pid not in {t.pid for t in dry.kill.targets}, dry.summary
+    assert psutil.Process(pid).is_running()

@@ -22,13 +22,14 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from . import healthd
 from .errors import InputError
 from .registry import all_specs, cli_specs
 from .toolspec import ToolSpec
 
 EXIT_INPUT_ERROR = 2
 EXIT_REMOTE_ERROR = 5
+HEALTH_COMMAND = "health"
+"""``healthd.COMMAND``: healthd (socket, selectors) is imported only where ``rgt health`` needs it."""
 GROUP_HELP = {"run": "Training runs on a box: start, status, logs, stop, list",
               "box": "The runtime on a box: install, status, remove"}
 
@@ -165,7 +166,9 @@ def _add_spec(subparsers: Any, spec: ToolSpec, groups: dict[str, Any]) -> None:
     if spec.cli_write_files is not None:  # multi-file results (DeepSpeed: 3 files)
         parser.add_argument("--out", metavar="DIR", dest="_out", help="also write the rendered files into DIR")
     parser.add_argument("--json", action="store_true", dest="as_json", help="print the result as JSON")
-    if spec.cli == healthd.COMMAND:
+    if spec.cli == HEALTH_COMMAND:
+        from . import healthd
+
         healthd.add_flag(parser)
     parser.set_defaults(spec=spec)
     _OPTIONS[spec.cli] = frozenset(parser._option_string_actions)
@@ -352,7 +355,9 @@ def main(argv: list[str] | None = None) -> int:
         if not hasattr(namespace, "spec"):
             return namespace.handler(namespace)
         code = run_spec(namespace.spec, namespace)
-        if namespace.spec.cli == healthd.COMMAND:
+        if namespace.spec.cli == HEALTH_COMMAND:
+            from . import healthd
+
             healthd.after_cli(namespace)  # answered here: start the warm daemon for next time (or stop it)
         return code
     except BrokenPipeError:

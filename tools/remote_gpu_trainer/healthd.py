@@ -268,13 +268,19 @@ def answer(argv: Sequence[str]) -> int | None:
 
 def reply_limit_s(argv: Sequence[str]) -> float:
     """How long an answer may take: NVML's timeout twice (init, then the reads), the sampling window, 15 s more.
-    A value that cannot be read here gets the tool's maximum (HealthInput: 300 s, 10 s)."""
+    A value that cannot be read here gets the tool's maximum (HealthInput: 300 s, 10 s).
+
+    The CLI's argparse takes any unambiguous prefix (``--timeout-`` is ``--timeout-s``), and this client has no
+    parser (nothing is imported on the fast path), so a prefix counts here too. A prefix argparse finds ambiguous
+    (``--time``: ``--timeout-s`` or ``--timeout_s``) is a usage error there, and the daemon falls back."""
     values = {"--timeout-s": 30.0, "--sample-s": 0.0}
     words = list(argv)
     for at, word in enumerate(words):
+        if word == "--":
+            break
         name, given, value = word.partition("=")
-        name = name.replace("_", "-")
-        if name in values:
+        name = next((full for full in values if len(name) > 2 and full.startswith(name.replace("_", "-"))), "")
+        if name:
             try:
                 values[name] = float(value if given else words[at + 1])
             except (IndexError, ValueError):

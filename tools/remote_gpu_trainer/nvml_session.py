@@ -79,7 +79,8 @@ NO_GPU_REASONS = frozenset({"pynvml_missing", "no_driver", "driver_not_loaded"})
 
 
 class NvmlFault(Exception):
-    """NVML did not answer: it hung (:class:`NvmlHang`) or its process died (:class:`NvmlCrash`)."""
+    """NVML did not answer: it hung (:class:`NvmlHang`), its process died (:class:`NvmlCrash`) or it answered
+    with an error of the worker's own (:class:`NvmlWorkerError`)."""
 
 
 class NvmlHang(NvmlFault, TimeoutError):
@@ -92,6 +93,16 @@ class NvmlHang(NvmlFault, TimeoutError):
         self.stuck_for_s = stuck_for_s
         where = f" (blocked in {stuck_in} for {stuck_for_s:.1f} s)" if stuck_in else ""
         super().__init__(f"{label} did not finish within {waited_s:g} s{where}")
+
+
+class NvmlWorkerError(NvmlFault):
+    """The worker answered a request with an error (an exception on its side, not NVML's): an NvmlFault so
+    that callers, which catch only NvmlFault, turn it into one check's verdict rather than a traceback."""
+
+    def __init__(self, label: str, detail: str):
+        self.label = label
+        self.detail = detail
+        super().__init__(f"{label}: the NVML worker answered with an error: {detail}")
 
 
 class NvmlCrash(NvmlFault):
@@ -278,9 +289,15 @@ class _Worker:
         return self.process.pid
 
     def in_flight(self) -> tuple[str, float] | None:
-        """The call the worker is in (label, seconds so far), read from the shared page."""
-        started, = struct.unpack_from("d", self.page, 0)
-        raw = self.page[8:PROGRESS_SIZE]
+        """The call the worker is in (label, seconds so far), read from the shared page; None when in none.
+
+        Callers (``NvmlSession.busy``) read it without the session's lock, so a concurrent close may have
+        unmapped the page: that worker is in no call any more, not an error."""
+        try:
+            started, = struct.unpack_from("d", self.page, 0)
+            raw = self.page[8:PROGRESS_SIZE]
+        except ValueError:  # mmap closed
+            return None
         label = raw.split(b"\0", 1)[0].decode(errors="replace")
         if not label:
             return None
@@ -506,7 +523,7 @@ class NvmlSession:
             if kind == "ok":
                 return payload
             if kind == "error":
-                raise RuntimeError(f"NVML worker: {payload}")
+                raise NvmlWorkerError(self._label, str(payload))
             where = worker.in_flight()
             if kind == "timeout":
                 self._abandon(worker, where[0] if where else op)

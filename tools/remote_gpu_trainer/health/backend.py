@@ -16,7 +16,6 @@ monkeypatched pynvml) a native fault would take the calling process with it.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import time
@@ -59,6 +58,8 @@ class Unread:
     detail: str = ""
     code: int | None = None
     """The raw nvmlReturn_t, for the few callers that treat one specific error specially."""
+    skipped: bool = False
+    """Not called at all: it crashed an earlier worker (the skip list). Says nothing about the GPU itself."""
 
 
 NOT_READ = Unread(ErrorKind.ERROR, "-", "not read")
@@ -317,7 +318,7 @@ class PynvmlBackend:
         """``pynvml.<name>(*args)``, or an Unread; raises _Lost when the GPU is gone."""
         skipped = self.skip.get((name, index))
         if skipped:
-            return Unread(ErrorKind.ERROR, name, skipped)
+            return Unread(ErrorKind.ERROR, name, skipped, skipped=True)
         label = f"{name} (GPU {index})" if index is not None else name
         if self._note:
             self._note(label)
@@ -345,7 +346,9 @@ class PynvmlBackend:
 
     def _handle(self, index: int) -> Any:
         handle = self._call(index, "nvmlDeviceGetHandleByIndex", index)
-        if isinstance(handle, Unread):  # no handle at all: as good as lost (nvidia-smi "Unknown Error")
+        # No handle at all: as good as lost (nvidia-smi "Unknown Error"), or, when the call was skipped, unread:
+        # either way nothing more can be read, and lost_check tells the two apart.
+        if isinstance(handle, Unread):
             raise _Lost(handle)
         return handle
 
@@ -504,7 +507,10 @@ class PynvmlBackend:
     def _fabric(self, index: int, handle: Any) -> Reading[Fabric]:
         """The one struct this adapter hands to NVML itself. pynvml sets no ``argtypes`` and passes the
         argument straight to C, so it must be ``ctypes.byref(info)``: the struct itself (by value)
-        made NVML write through a garbage pointer and segfaulted the process on a real H100."""
+        made NVML write through a garbage pointer and segfaulted the process on a real H100. ctypes is
+        imported here, in the NVML worker, not with the module: every tool's parent process imports this one."""
+        import ctypes
+
         nv = self._nvml
         info = nv.c_nvmlGpuFabricInfoV_t()
         info.version = nv.nvmlGpuFabricInfo_v2

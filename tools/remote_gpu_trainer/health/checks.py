@@ -574,9 +574,15 @@ GPU_CHECKS: tuple[Callable[[GpuSnapshot, GpuContext], Check], ...] = (
 
 def lost_check(gpu: GpuSnapshot) -> Check:
     """A GPU NVML cannot open. Lost / reset required / an unknown error is FAIL; being refused
-    (no permission, e.g. a GPU not passed into this container) is UNKNOWN: we learned nothing."""
+    (no permission, e.g. a GPU not passed into this container) or a handle call that was skipped
+    (it crashed the worker before) is UNKNOWN: we learned nothing."""
     assert gpu.lost is not None
     observed = f"{gpu.lost.call}: {gpu.lost.detail or gpu.lost.kind}"
+    if gpu.lost.skipped:  # the handle call crashed an earlier worker: we did not ask, so we do not know
+        return Check(name="reachable", verdict=Verdict.UNKNOWN, threshold="GPU answers NVML", observed=observed,
+                     explanation="the call that opens this GPU is skipped (it crashed the NVML worker before), so "
+                                 "nothing about it was read: its health is unknown, not lost. nvidia-smi -i on it, "
+                                 "or a server restart (which clears the skip list), tells more")
     if gpu.lost.kind in (ErrorKind.NO_PERMISSION, ErrorKind.NOT_SUPPORTED):
         return Check(name="reachable", verdict=Verdict.UNKNOWN, threshold="GPU answers NVML", observed=observed,
                      explanation="NVML may not open this GPU here (not passed into this container, or device "

@@ -243,7 +243,8 @@ def parent_gone(info: ProcInfo, source: ProcessSource) -> tuple[bool, str]:
     Linux does not record the original parent, so the evidence is indirect and errs towards "no":
     the parent is PID 1 or a known subreaper, *and* the process is neither a systemd service, nor
     a deliberately detached session leader (``setsid``, daemons), nor in its parent's own process
-    group (a child that PID 1 itself started, e.g. by a container's entrypoint script).
+    group (a child that PID 1 itself started, e.g. by a container's entrypoint script). A run supervisor's
+    own job and what it adopted from a detaching launcher are its live run, never gone (``_supervised_job``).
     """
     if info.ppid <= 0:
         return False, "no parent (kernel process)"
@@ -252,6 +253,9 @@ def parent_gone(info: ProcInfo, source: ProcessSource) -> tuple[bool, str]:
     if info.ppid != 1 and parent_name not in ADOPTERS and not is_run_supervisor(parent):
         return False, f"its parent pid {info.ppid} ({parent_name}) is alive"
     if is_run_supervisor(parent):
+        live = _supervised_job(info, parent)
+        if live:
+            return False, live
         parent_name = "a run supervisor, the subreaper of its run"
     unit = source.systemd_unit(info.pid)
     if unit:
@@ -262,6 +266,36 @@ def parent_gone(info: ProcInfo, source: ProcessSource) -> tuple[bool, str]:
     if pgid is not None and pgid == source.pgid(info.ppid):
         return False, f"in the process group of its parent pid {info.ppid} ({parent_name}), which started it"
     return True, f"re-parented to pid {info.ppid} ({parent_name}): the process that launched it has exited"
+
+
+def _supervised_job(info: ProcInfo, supervisor: ProcInfo) -> str | None:
+    """Why a child of a live run supervisor is part of its running job, or None for a helper left behind.
+
+    The supervisor starts the job itself (in a process group of its own, so the group test below cannot see
+    the link) and, as the run's subreaper, adopts what the launcher detached (``nohup python train.py &``):
+    both are the live run, not leftovers, while the supervisor watches it. Only a helper kind (a DataLoader
+    worker, a multiprocessing child, a torchrun rank) can reach the supervisor because the process that
+    started it died: those may be orphans (the RAM-orphan case). The supervisor's own launched child is never
+    one, whatever its kind.
+    """
+    run_id = Path(supervisor.cmdline[-1]).name if supervisor.cmdline else "?"
+    if info.pid == _launched_pid(supervisor):
+        return f"the job that run {run_id}'s supervisor (pid {supervisor.pid}) started and still follows"
+    kind = worker_kind(info)
+    if kind is None:
+        return (f"a process of run {run_id}, adopted by its supervisor (pid {supervisor.pid}) after its launcher "
+                "detached it (nohup/&): the run is live while the supervisor follows it")
+    return None
+
+
+def _launched_pid(supervisor: ProcInfo) -> int | None:
+    """The pid the supervisor started, from its run's meta.json (the run folder is its last argument)."""
+    from ..runs.ledger import RunDir
+
+    if len(supervisor.cmdline) < 2:
+        return None
+    pid = RunDir(Path(supervisor.cmdline[-1])).meta().get("pid")
+    return pid if isinstance(pid, int) else None
 
 
 def _remedy_for_state(cls: HolderClass, info: ProcInfo, source: ProcessSource) -> str:

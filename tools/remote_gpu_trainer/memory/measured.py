@@ -353,7 +353,7 @@ def measure(job: MeasureJob) -> MeasureResult:
     from .cuda_emulation import CANNOT_SHOW, cuda_semantics
 
     started = time.monotonic()
-    arch = Architecture(**{k: v for k, v in job.arch.items() if k != "hf_config"})
+    arch = Architecture(**job.arch)
     hf = job.engine == "transformers"
     built = _build_hf(job, arch) if hf else _build_builtin(job, arch)
     blocks = built.blocks
