@@ -42,7 +42,9 @@ def skill_markdown_files(root: Path | None = None) -> list[Path]:
 def cache_dir() -> Path:
     """The package's cache directory: ``$RGT_CACHE_DIR``, else ``$XDG_CACHE_HOME`` or ``~/.cache``, then
     ``remote-gpu-trainer``. On a laptop it holds the server's tool-list cache; on a box the runtime
-    versions, the run ledger (``runs/``), the guards and the per-boot NVML facts."""
+    versions, the run ledger (``runs/``) and the per-boot NVML facts. The idle guard and custody records stay at
+    ``~/.cache/remote-gpu-trainer/`` whatever these variables say (``idle/guard.py``, ``idle/custody.py``), so a
+    guard armed from one environment is found again from another."""
     if override := os.environ.get("RGT_CACHE_DIR"):
         return Path(override)
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
