@@ -415,3 +415,19 @@ def test_a_py_spy_that_never_answers_costs_the_timeout_once_not_once_per_round(t
         target.wait()
     assert "timed out" in (stacks.error or ""), stacks
     assert took < 3.0, f"the py-spy phase took {took:.1f} s with timeout_s=2"
+
+
+def test_prune_keeps_the_file_of_a_process_being_armed_and_removes_a_gone_ones(tmp_path):
+    """The hook creates its file, then writes the record: a file without a record whose pid lives is a process
+    being armed (pruning it left a DataLoader worker unreadable under load); one whose pid is gone is litter."""
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    try:
+        (tmp_path / f"{live.pid}.txt").write_text("")  # created, record not written yet
+        (tmp_path / f"{gone.pid}.txt").write_text("")
+        assert stacks_module.prune(tmp_path) == 1
+        assert sorted(p.name for p in tmp_path.glob("*.txt")) == [f"{live.pid}.txt"]
+    finally:
+        live.kill()
+        live.wait()

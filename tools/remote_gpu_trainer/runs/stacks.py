@@ -305,7 +305,11 @@ def _same(a: list[ThreadStack], b: list[ThreadStack]) -> bool:
 
 def prune(stacks_dir: Path) -> int:
     """Remove the files of processes that are gone and never dumped (the hook removes its own at a normal
-    exit; a forked DataLoader worker ends with ``os._exit`` and cannot). Returns how many went."""
+    exit; a forked DataLoader worker ends with ``os._exit`` and cannot). Returns how many went.
+
+    A file without a record yet belongs to a process being armed (the hook creates the file, registers the
+    handler, then writes the record): it stays while its pid lives, or the process would write its record into
+    an unlinked file and never be read by signal."""
     removed = 0
     for path in stacks_dir.glob("*.txt"):
         pid = int(path.stem) if path.stem.isdigit() else None
@@ -313,7 +317,8 @@ def prune(stacks_dir: Path) -> int:
             if pid is None or path.stat().st_size > 4096:
                 continue
             record = read_record(path)
-            alive = record is not None and read_start_ticks(pid) == record.get("start_ticks")
+            ticks = read_start_ticks(pid)
+            alive = ticks is not None if record is None else ticks == record.get("start_ticks")
             if not alive and "#rgt-sample" not in path.read_text(errors="replace"):
                 path.unlink()
                 removed += 1
