@@ -364,45 +364,24 @@ def test_run_queue_spreads_jobs_over_gpu_sets_with_their_own_ports(tmp_path):
         q("stop", "--force")
 
 
-def test_run_queue_stop_puts_the_running_job_back(tmp_path):
+@pytest.mark.parametrize("slow_mkdir", [False, True], ids=["while-the-job-runs", "during-the-workers-bookkeeping"])
+def test_run_queue_stop_puts_the_running_job_back(tmp_path, slow_mkdir):
+    """`stop` signals the worker's whole process group, the worker's own short commands (mkdir, mv, date) included.
+    One of them killed by the SIGTERM ends the worker under `set -e`; the job it had claimed must still go back to
+    pending, not stay in running/ until the next start. A slow `mkdir` of the job's folder holds the worker there."""
     queue_dir = tmp_path / "queue"
     _, _, text = render_script("run_queue", {"queue_name": "q", "gpu_sets": ["0"], "queue_dir": str(queue_dir),
                                              "jobs": ["sleep 30"], "stop_grace_s": 10}, None)
     script = tmp_path / "q.sh"
     script.write_text(text)
-
-    def q(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["bash", str(script), *args], capture_output=True, text=True, timeout=60)
-
-    q("init")
-    try:
-        q("start")
-        deadline = time.monotonic() + 10
-        while not list((queue_dir / "running" / "0").glob("*.job")):
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        stop = q("stop")
-        assert stop.returncode == 0, stop.stdout
-        assert [p.name for p in (queue_dir / "pending").glob("*.job")] == ["0001-job001.job"]
-    finally:
-        q("stop", "--force")
-
-
-def test_run_queue_stop_during_the_workers_own_bookkeeping_still_puts_the_job_back(tmp_path):
-    """`stop` signals the worker's whole process group, which includes the worker's own short commands (mkdir, mv,
-    date). One of them killed by the SIGTERM ends the worker under `set -e`; the job it had claimed must still go
-    back to pending, not stay in running/ until the next start. A slow `mkdir` holds the worker inside one."""
-    queue_dir = tmp_path / "queue"
-    _, _, text = render_script("run_queue", {"queue_name": "q", "gpu_sets": ["0"], "queue_dir": str(queue_dir),
-                                             "jobs": ["sleep 30"], "stop_grace_s": 10}, None)
-    script = tmp_path / "q.sh"
-    script.write_text(text)
-    shims = tmp_path / "shims"
-    shims.mkdir()
-    real_mkdir = subprocess.run(["bash", "-c", "command -v mkdir"], capture_output=True, text=True).stdout.strip()
-    (shims / "mkdir").write_text(f'#!/bin/bash\ncase "$*" in */runs/*) sleep 5;; esac\nexec {real_mkdir} "$@"\n')
-    (shims / "mkdir").chmod(0o755)
-    env = {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}"}
+    env = dict(os.environ)
+    if slow_mkdir:
+        shims = tmp_path / "shims"
+        shims.mkdir()
+        real_mkdir = subprocess.run(["bash", "-c", "command -v mkdir"], capture_output=True, text=True).stdout.strip()
+        (shims / "mkdir").write_text(f'#!/bin/bash\ncase "$*" in */runs/*) sleep 5;; esac\nexec {real_mkdir} "$@"\n')
+        (shims / "mkdir").chmod(0o755)
+        env["PATH"] = f"{shims}:{env['PATH']}"
 
     def q(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["bash", str(script), *args], capture_output=True, text=True, timeout=60, env=env)
@@ -414,7 +393,8 @@ def test_run_queue_stop_during_the_workers_own_bookkeeping_still_puts_the_job_ba
         while not list((queue_dir / "running" / "0").glob("*.job")):
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        time.sleep(0.5)  # the worker is now inside the slow mkdir of the job's folder
+        if slow_mkdir:
+            time.sleep(0.5)  # the worker is now inside the slow mkdir of the job's folder
         stop = q("stop")
         assert stop.returncode == 0, stop.stdout
         assert [p.name for p in (queue_dir / "pending").glob("*.job")] == ["0001-job001.job"]
