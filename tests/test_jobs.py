@@ -63,3 +63,39 @@ def test_finished_jobs_expire_and_an_unknown_id_is_a_clear_input_error():
     with pytest.raises(InputError) as err:
         registry.poll(job_id)
     assert err.value.field == "job_id" and "expired" in str(err.value)
+
+
+def test_daemon_pool_gives_results_and_errors_and_drops_what_was_cancelled():
+    from remote_gpu_trainer.jobs import DaemonPool
+
+    gate = threading.Event()
+    with DaemonPool(1, "test-pool") as pool:
+        first = pool.submit(lambda: gate.wait(5) and "ran")
+        failing = pool.submit(lambda: 1 / 0)
+        queued = pool.submit(lambda: "never")
+        assert queued.cancel()  # not started: the one worker is busy with the first
+        gate.set()
+    assert first.result(timeout=5) == "ran"
+    with pytest.raises(ZeroDivisionError):
+        failing.result(timeout=5)
+    assert queued.cancelled()
+
+
+def test_a_daemon_pool_never_holds_the_process_at_exit():
+    """A ThreadPoolExecutor's workers are joined at exit: a fleet check with one hung box kept `rgt` open after
+    its answer. The pool's workers are daemon threads."""
+    import subprocess
+    import sys
+
+    code = """
+import time
+from remote_gpu_trainer.jobs import DaemonPool
+pool = DaemonPool(2, "test")
+future = pool.submit(time.sleep, 120)
+pool.shutdown(cancel=[future])
+print("answered", flush=True)
+"""
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "answered", done.stderr
+    assert time.monotonic() - started < 20, "the process waited for a pool worker at exit"

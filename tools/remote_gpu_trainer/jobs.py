@@ -13,15 +13,19 @@ growing without limit. A job is a daemon thread: it never keeps the process aliv
 
 from __future__ import annotations
 
+import queue
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .errors import InputError
 from .toolspec import Progress
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 State = Literal["running", "done", "failed"]
 
@@ -161,3 +165,48 @@ def start(fn: Callable[[Progress], Any], name: str = "job") -> str:
 
 def poll(job_id: str) -> JobStatus:
     return JOBS.poll(job_id)
+
+
+class DaemonPool:
+    """``submit`` as a ThreadPoolExecutor has it, on daemon threads. A ThreadPoolExecutor's workers are joined at
+    interpreter exit, so one host whose ssh call still runs (an install, a hung box in a fleet check) would hold
+    ``rgt`` or the MCP server open after the answer was given; a job never keeps the process alive (above), and
+    nor do the workers it fans out to. ``shutdown`` never waits: the callers wait on their futures, with deadlines.
+    """
+
+    def __init__(self, workers: int, name: str):
+        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None] = \
+            queue.SimpleQueue()
+        self._workers = max(1, workers)
+        for number in range(self._workers):
+            threading.Thread(target=self._work, name=f"{name}-{number}", daemon=True).start()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        from concurrent.futures import Future  # only where a pool is used, not with every import of jobs
+
+        future: Future[Any] = Future()
+        self._queue.put((future, fn, args))
+        return future
+
+    def _work(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, fn, args = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as err:  # the caller's future.result() raises it
+                future.set_exception(err)
+
+    def shutdown(self, cancel: Iterable[Future[Any]] = ()) -> None:
+        """Let the workers end once the queue is empty; ``cancel``: futures not started yet are dropped."""
+        for future in cancel:
+            future.cancel()
+        for _ in range(self._workers):
+            self._queue.put(None)
+
+    def __enter__(self) -> DaemonPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()

@@ -24,12 +24,12 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
 from pydantic import Field
 
+from ..jobs import DaemonPool
 from ..models import EntryRef, StrictModel, Verdict
 from ..tables import format_table
 from ..toolspec import Progress, ToolSpec
@@ -324,7 +324,7 @@ def run_fleet_allreduce(hosts: list[str], head: str, head_addr: str, port: int, 
                                                      else {"python": facts[h].torch.python})).model_dump()
                 for h in hosts}
     runs: dict[str, NodeResult | HostError] = {}
-    with ThreadPoolExecutor(max_workers=len(hosts), thread_name_prefix="rgt-allreduce") as pool:
+    with DaemonPool(len(hosts), "rgt-allreduce") as pool:  # a node that never answers never holds the process
         futures = {h: pool.submit(caller, h, per_host[h]) for h in hosts}
         for host, future in futures.items():
             try:

@@ -18,7 +18,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
@@ -160,7 +159,7 @@ def gather(fleet: list[str], per_host: dict[str, dict], caller: FactsCaller, con
            progress: Progress) -> dict[str, Reply]:
     """host_facts on every host at once, each with its own deadline."""
     replies: dict[str, Reply] = {}
-    pool = ThreadPoolExecutor(max_workers=min(concurrency, len(fleet)), thread_name_prefix="rgt-fleet")
+    pool = jobs.DaemonPool(min(concurrency, len(fleet)), "rgt-fleet")  # a hung box never holds the process open
 
     def one(host: str) -> Reply:
         sent = time.time()
@@ -186,7 +185,7 @@ def gather(fleet: list[str], per_host: dict[str, dict], caller: FactsCaller, con
         error = replies[host].error
         progress(done + 1, len(fleet), f"{host}: facts read" if replies[host].facts else
                  f"{host}: no facts ({error.kind if error else 'no answer'})")
-    pool.shutdown(wait=False, cancel_futures=True)
+    pool.shutdown(cancel=futures.values())
     return replies
 
 

@@ -314,35 +314,21 @@ class _Batch:
         return report
 
     def _run(self, _progress: Progress) -> None:
-        """``concurrency`` daemon workers take the hosts in order. Not a ThreadPoolExecutor: its workers are
-        joined at interpreter exit, so Ctrl-C or a server shutdown would wait for every install to end."""
+        """``concurrency`` daemon workers (jobs.DaemonPool) take the hosts in order, so Ctrl-C or a server
+        shutdown never waits for the installs still running."""
+        from .. import jobs
+
         try:
-            self._install_all()
+            with jobs.DaemonPool(min(self.concurrency, len(self.hosts)), "rgt-install") as pool:
+                futures = [pool.submit(self._one, host) for host in self.hosts]
+            for future in futures:
+                future.result()
         except BaseException as err:
             self.failure = err
             raise
         finally:
             with self.lock:
                 self.ended = True
-
-    def _install_all(self) -> None:
-        pending = iter(self.hosts)
-        take = threading.Lock()
-
-        def worker() -> None:
-            while True:
-                with take:
-                    host = next(pending, None)
-                if host is None:
-                    return
-                self._one(host)
-
-        workers = [threading.Thread(target=worker, name=f"rgt-install-{i}", daemon=True)
-                   for i in range(min(self.concurrency, len(self.hosts)))]
-        for thread in workers:
-            thread.start()
-        for thread in workers:
-            thread.join()
 
     def _one(self, host: Host) -> None:
         started = time.monotonic()

@@ -130,8 +130,8 @@ def count_checkpoints(folder: Path) -> int:
     saved_checkpoints reads only the newest few."""
     try:
         with os.scandir(folder) as entries:
-            return sum(1 for e in entries if (e.name.lower().endswith(CHECKPOINT_SUFFIXES) and not e.is_dir())
-                       or (e.is_dir() and _step_of(e.name) is not None))
+            return sum(1 for e in entries
+                       if (_step_of(e.name) is not None if e.is_dir() else _is_checkpoint_file(Path(e.path))))
     except OSError:
         return 0
 

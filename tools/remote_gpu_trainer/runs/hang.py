@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import sys
 import time
 import traceback
 from collections.abc import Iterable
@@ -488,11 +487,9 @@ def on_stall(run: RunDir) -> tuple[str, HangReport | None]:
         with contextlib.suppress(OSError):  # a full disk refuses supervisor.log too
             traceback.print_exc()  # into supervisor.log
         return f"stacks could not be taken: {type(err).__name__}: {err}", None
-    try:
-        run.write(STACKS, report.model_dump(mode="json"))
-    except OSError as err:
-        with contextlib.suppress(OSError):
-            print(f"[rgt supervisor] could not write {STACKS}: {err}", file=sys.stderr, flush=True)
+    from .supervisor import bookkeep  # the supervisor's own rule for a write that fails: log it, go on
+
+    bookkeep(STACKS, run.write, STACKS, report.model_dump(mode="json"))
     return report.verdict, report
 
 
